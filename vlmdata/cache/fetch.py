@@ -1,0 +1,106 @@
+"""Fetching whole shards from any fsspec URL, verified, with retries.
+
+`ShardRef` names a shard and what its bytes must look like; `DirectFetcher`
+is the no-cache path (and the object-store tier of the tiered cache): it
+reads the object, retries transient errors with exponential backoff and
+jitter, and verifies size and CRC32 before returning.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from vlmdata import fsutil
+
+log = logging.getLogger(__name__)
+
+
+class FetchError(IOError):
+    """A shard could not be fetched intact after all retries."""
+
+
+class CorruptShardError(FetchError):
+    """Fetched bytes do not match the recorded size or checksum."""
+
+
+@dataclass(frozen=True)
+class ShardRef:
+    """A shard to fetch: its URL, recorded size and CRC32 (None = not checked), and a cache key."""
+
+    url: str
+    size: int | None = None
+    crc32: int | None = None
+    key: str = ""
+
+    @property
+    def cache_key(self) -> str:
+        return self.key or self.url
+
+
+def verify(data, ref: ShardRef) -> None:
+    """Raise CorruptShardError unless `data` has the recorded size and CRC32."""
+    if ref.size is not None and len(data) != ref.size:
+        raise CorruptShardError(f"{ref.url}: {len(data)} bytes, expected {ref.size}")
+    if ref.crc32 is not None:
+        crc = zlib.crc32(data) & 0xFFFFFFFF
+        if crc != ref.crc32:
+            raise CorruptShardError(f"{ref.url}: crc32 {crc:#010x}, expected {ref.crc32:#010x}")
+
+
+@dataclass
+class RetryPolicy:
+    """Exponential backoff with full jitter."""
+
+    attempts: int = 4
+    base_delay: float = 0.2
+    max_delay: float = 5.0
+    seed: int | None = None
+    _rng: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+
+    def delay(self, attempt: int) -> float:
+        return self._rng.uniform(0, min(self.max_delay, self.base_delay * (2 ** attempt)))
+
+
+class ShardFetcher(Protocol):
+    """What the dataset needs from a cache: the verified bytes of a shard."""
+
+    def get(self, ref: ShardRef):
+        """Bytes-like object (bytes, memoryview or mmap) holding the whole shard."""
+
+    def plan_ahead(self, refs: list[ShardRef]) -> None:
+        """The shards that will be read next, in order (may be ignored)."""
+
+
+class DirectFetcher:
+    """Reads shards straight from their URLs (no cache), verified, with retries."""
+
+    def __init__(self, storage_options: dict | None = None, retry: RetryPolicy | None = None):
+        self.storage_options = storage_options or {}
+        self.retry = retry or RetryPolicy()
+
+    def get(self, ref: ShardRef) -> bytes:
+        last: Exception | None = None
+        for attempt in range(self.retry.attempts):
+            try:
+                data = fsutil.read_bytes(ref.url, self.storage_options)
+                verify(data, ref)
+                return data
+            except FileNotFoundError as exc:
+                raise FetchError(f"{ref.url}: not found") from exc
+            except Exception as exc:  # network errors come in many types across fsspec backends
+                last = exc
+                if attempt + 1 < self.retry.attempts:
+                    delay = self.retry.delay(attempt)
+                    log.warning("fetch %s failed (%s); retry %d in %.2fs", ref.url, exc, attempt + 1, delay)
+                    time.sleep(delay)
+        raise FetchError(f"{ref.url}: failed after {self.retry.attempts} attempts: {last}") from last
+
+    def plan_ahead(self, refs: list[ShardRef]) -> None:
+        return None

@@ -1,0 +1,1 @@
+"""Subcommands of the `vlmdata` CLI, one module each."""

@@ -1,0 +1,103 @@
+"""The layout of one sample inside a WebDataset shard, for writing and reading.
+
+A sample with key K is stored as consecutive tar members:
+
+    K.json        the source record (id, conversations or caption, provenance), UTF-8 JSON
+    K.tok.npy     int32 array of shape (2, T): token ids (one IMAGE id per image) and loss flags
+    K.0.jpg ...   the images in order, original bytes (or re-encoded when asked), any extension
+
+Keys never contain '.' (the webdataset library splits the key from the
+extension at the first dot) and stay short enough for a ustar header.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from vlmdata.formats.index import IndexBuilder, SampleIndex
+from vlmdata.formats.tario import TarShardWriter, member_bytes
+
+MAX_KEY_LEN = 80
+_UNSAFE = re.compile(r"[^A-Za-z0-9_\-]")
+
+
+def safe_key(raw_id: str) -> str:
+    """A tar-safe, dot-free key for a source id; long ids keep a hash suffix to stay unique."""
+    key = _UNSAFE.sub("_", str(raw_id))
+    if len(key) > MAX_KEY_LEN or key != str(raw_id):
+        digest = hashlib.sha1(str(raw_id).encode("utf-8")).hexdigest()[:10]
+        key = f"{key[:MAX_KEY_LEN - 11]}_{digest}"
+    return key or "_"
+
+
+def tokens_to_npy(tokens: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(tokens, dtype=np.int32), allow_pickle=False)
+    return buf.getvalue()
+
+
+def tokens_from_npy(data) -> np.ndarray:
+    arr = np.load(io.BytesIO(bytes(data)), allow_pickle=False)
+    if arr.dtype != np.int32 or arr.ndim != 2 or arr.shape[0] != 2:
+        raise ValueError(f"token member has dtype {arr.dtype} and shape {arr.shape}, expected int32 (2, T)")
+    return arr
+
+
+@dataclass
+class EncodedImage:
+    """An image ready to be written: bytes, extension and header size."""
+
+    data: bytes
+    ext: str
+    width: int
+    height: int
+
+
+def write_sample(writer: TarShardWriter, builder: IndexBuilder, key: str, meta: dict,
+                 tokens: np.ndarray, images: list[EncodedImage], image_token_id: int) -> None:
+    """Write one sample's members and add its index row."""
+    n_placeholders = int((tokens[0] == image_token_id).sum())
+    if n_placeholders != len(images):
+        raise ValueError(f"sample {key}: {n_placeholders} image placeholders for {len(images)} images")
+    start = writer.offset
+    meta_loc = writer.add(f"{key}.json", json.dumps(meta, ensure_ascii=False).encode("utf-8"))
+    tok_loc = writer.add(f"{key}.tok.npy", tokens_to_npy(tokens))
+    image_rows = []
+    for j, im in enumerate(images):
+        loc = writer.add(f"{key}.{j}.{im.ext}", im.data)
+        image_rows.append((loc.data, loc.size, im.width, im.height))
+    builder.add(key, offset=start, span=writer.offset - start, tok=(tok_loc.data, tok_loc.size),
+                meta=(meta_loc.data, meta_loc.size), text_tokens=tokens.shape[1] - len(images),
+                images=image_rows)
+
+
+@dataclass
+class SampleRecord:
+    """One sample read back: what the loader decodes and packs."""
+
+    key: str
+    tokens: np.ndarray            # (2, T) int32: ids, loss flags
+    images: list                  # encoded image bytes (memoryview) or decoded uint8 arrays (memmap)
+    sizes: list[tuple[int, int]]  # (width, height) per image, from the index
+    meta_view: memoryview | None = None
+
+    @property
+    def meta(self) -> dict | None:
+        return None if self.meta_view is None else json.loads(bytes(self.meta_view))
+
+
+def read_sample(buf, index: SampleIndex, i: int, with_meta: bool = False) -> SampleRecord:
+    """Read sample i of a shard held in memory (bytes, mmap or memoryview)."""
+    tokens = tokens_from_npy(member_bytes(buf, int(index.tok_offset[i]), int(index.tok_size[i])))
+    sl = index.image_slice(i)
+    images = [member_bytes(buf, int(o), int(s)) for o, s in zip(index.img_offset[sl], index.img_size[sl])]
+    sizes = list(zip(index.width[sl].tolist(), index.height[sl].tolist()))
+    meta = None
+    if with_meta and index.meta_offset[i] >= 0:
+        meta = member_bytes(buf, int(index.meta_offset[i]), int(index.meta_size[i]))
+    return SampleRecord(key=index.key[i].decode("utf-8"), tokens=tokens, images=images, sizes=sizes, meta_view=meta)

@@ -1,0 +1,132 @@
+"""Small fsspec helpers: URL joining, whole-object reads and crash-safe writes."""
+from __future__ import annotations
+
+import os
+import posixpath
+import tempfile
+import uuid
+
+import fsspec
+from fsspec.core import url_to_fs
+
+
+def is_local(url: str) -> bool:
+    """True for plain paths and file:// URLs."""
+    return "://" not in url or url.startswith("file://")
+
+
+def local_path(url: str) -> str:
+    """Strip a file:// prefix; other URLs are returned unchanged."""
+    return url[len("file://"):] if url.startswith("file://") else url
+
+
+def join(base: str, *parts: str) -> str:
+    """Join URL or path components with '/'."""
+    if is_local(base):
+        return os.path.join(local_path(base), *parts)
+    return posixpath.join(base, *parts)
+
+
+def read_bytes(url: str, storage_options: dict | None = None) -> bytes:
+    """Read a whole object."""
+    fs, path = url_to_fs(url, **(storage_options or {}))
+    return fs.cat_file(path)
+
+
+def read_range(url: str, start: int, end: int, storage_options: dict | None = None) -> bytes:
+    """Read bytes [start, end) of an object."""
+    fs, path = url_to_fs(url, **(storage_options or {}))
+    return fs.cat_file(path, start=start, end=end)
+
+
+def exists(url: str, storage_options: dict | None = None) -> bool:
+    fs, path = url_to_fs(url, **(storage_options or {}))
+    return fs.exists(path)
+
+
+def makedirs(url: str, storage_options: dict | None = None) -> None:
+    """Create a directory (a no-op on object stores without directories)."""
+    fs, path = url_to_fs(url, **(storage_options or {}))
+    fs.makedirs(path, exist_ok=True)
+
+
+def atomic_write_bytes(url: str, data: bytes, storage_options: dict | None = None) -> None:
+    """Write `data` so that readers never see a partial object.
+
+    Local files go to a temporary name in the same directory and are renamed
+    into place (after fsync). Object stores publish an object only when its
+    single PUT completes, which is already atomic.
+    """
+    if is_local(url):
+        path = local_path(url)
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix="." + os.path.basename(path))
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return
+    fs, path = url_to_fs(url, **(storage_options or {}))
+    fs.pipe_file(path, data)
+
+
+class AtomicLocalFile:
+    """A local file written under a temporary name and renamed on success.
+
+    Use for large outputs streamed to disk; remote outputs are staged locally
+    and uploaded in one PUT by `publish`.
+    """
+
+    def __init__(self, url: str, storage_options: dict | None = None):
+        self.url = url
+        self.storage_options = storage_options or {}
+        if is_local(url):
+            directory = os.path.dirname(os.path.abspath(local_path(url)))
+            os.makedirs(directory, exist_ok=True)
+        else:
+            directory = None
+        self.tmp_path = os.path.join(directory or tempfile.gettempdir(), f".tmp-{uuid.uuid4().hex}")
+        self.file = open(self.tmp_path, "wb")
+
+    def commit(self) -> None:
+        """Flush, then rename (local) or upload (remote) under the final name."""
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        try:
+            if is_local(self.url):
+                os.replace(self.tmp_path, local_path(self.url))
+            else:
+                fs, path = url_to_fs(self.url, **self.storage_options)
+                fs.put_file(self.tmp_path, path)
+        finally:
+            if os.path.exists(self.tmp_path):
+                os.unlink(self.tmp_path)
+
+    def abort(self) -> None:
+        """Drop the temporary file."""
+        if not self.file.closed:
+            self.file.close()
+        if os.path.exists(self.tmp_path):
+            os.unlink(self.tmp_path)
+
+    def __enter__(self) -> AtomicLocalFile:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+def open_url(url: str, mode: str = "rb", storage_options: dict | None = None):
+    """fsspec.open with our storage options; a context manager."""
+    return fsspec.open(url, mode, **(storage_options or {}))

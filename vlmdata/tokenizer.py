@@ -1,0 +1,142 @@
+"""Tokenizers and the chat layout that turns a sample's text into token ids.
+
+The default is an embedded byte-level tokenizer: it needs no download, maps
+every UTF-8 byte to one id and reserves a few special ids. Any `tokenizers`
+JSON file can be used instead (`load_tokenizer("path/tokenizer.json")`).
+
+A sample is stored pre-tokenized with one IMAGE placeholder per image; the
+loader expands each placeholder to as many image tokens as the image policy
+gives for that image. Loss flags mark the tokens a model is trained on
+(assistant turns and the end-of-turn token that closes them).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+IMAGE_MARKER = "<image>"
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    """Ids of the special tokens a tokenizer must provide."""
+
+    bos: int
+    eos: int
+    image: int
+    pad: int
+    user: int
+    assistant: int
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as ids 0..255, then BOS, EOS, IMAGE, PAD, USER, ASSISTANT."""
+
+    name = "vlmdata-bytes-v1"
+
+    def __init__(self) -> None:
+        self.special = SpecialIds(bos=256, eos=257, image=258, pad=259, user=260, assistant=261)
+        self.vocab_size = 262
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int32)
+
+    def decode(self, ids) -> str:
+        data = bytes(int(i) for i in ids if 0 <= int(i) < 256)
+        return data.decode("utf-8", errors="replace")
+
+    def identity(self) -> dict:
+        return {"name": self.name, "vocab_size": self.vocab_size, "special": self.special.__dict__}
+
+
+class HFTokenizer:
+    """A Hugging Face `tokenizers` JSON file, with our special tokens added if missing."""
+
+    SPECIAL_NAMES = {"bos": "<|bos|>", "eos": "<|eos|>", "image": "<|image|>", "pad": "<|pad|>",
+                     "user": "<|user|>", "assistant": "<|assistant|>"}
+
+    def __init__(self, path: str) -> None:
+        from tokenizers import Tokenizer
+
+        self.path = path
+        with open(path, "rb") as f:
+            raw = f.read()
+        self.digest = hashlib.sha256(raw).hexdigest()[:16]
+        self._tok = Tokenizer.from_str(raw.decode("utf-8"))
+        self._tok.add_special_tokens(list(self.SPECIAL_NAMES.values()))
+        ids = {k: self._tok.token_to_id(v) for k, v in self.SPECIAL_NAMES.items()}
+        self.special = SpecialIds(**ids)
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        self.name = f"hf:{path}"
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+
+    def decode(self, ids) -> str:
+        return self._tok.decode([int(i) for i in ids])
+
+    def identity(self) -> dict:
+        return {"name": "hf-tokenizers", "path": self.path, "sha256_16": self.digest,
+                "vocab_size": self.vocab_size, "special": self.special.__dict__}
+
+
+Tokenizer = ByteTokenizer | HFTokenizer
+
+
+def load_tokenizer(spec: str | None = None) -> Tokenizer:
+    """`None` or "bytes" gives the byte tokenizer; anything else is a tokenizers JSON path."""
+    if spec in (None, "", "bytes", ByteTokenizer.name):
+        return ByteTokenizer()
+    return HFTokenizer(spec)
+
+
+def _encode_with_images(tok: Tokenizer, text: str) -> np.ndarray:
+    """Encode text, replacing every `<image>` marker by the IMAGE id."""
+    pieces = text.split(IMAGE_MARKER)
+    out: list[np.ndarray] = []
+    for i, piece in enumerate(pieces):
+        if i:
+            out.append(np.array([tok.special.image], dtype=np.int32))
+        if piece:
+            out.append(tok.encode(piece))
+    return np.concatenate(out) if out else np.zeros(0, np.int32)
+
+
+def encode_conversation(tok: Tokenizer, turns: list[tuple[str, str]], n_images: int) -> np.ndarray:
+    """Token ids and loss flags for a conversation, as an int32 array of shape (2, T).
+
+    `turns` is a list of (role, text) with role "user" or "assistant". Layout:
+    BOS, then per turn ROLE text [EOS after assistant turns]. Loss flags are 1
+    on assistant text and its EOS. The text must hold exactly `n_images`
+    `<image>` markers in total; if it holds none, the image placeholders are
+    put at the start of the first user turn (caption-style data).
+    """
+    markers = sum(text.count(IMAGE_MARKER) for _, text in turns)
+    if markers not in (0, n_images):
+        raise ValueError(f"text has {markers} {IMAGE_MARKER} markers for {n_images} images")
+    ids: list[np.ndarray] = [np.array([tok.special.bos], np.int32)]
+    loss: list[np.ndarray] = [np.zeros(1, np.int8)]
+    placeholders_pending = n_images if markers == 0 else 0
+    for role, text in turns:
+        is_assistant = role == "assistant"
+        role_id = tok.special.assistant if is_assistant else tok.special.user
+        body = _encode_with_images(tok, text)
+        if placeholders_pending and not is_assistant:
+            body = np.concatenate([np.full(placeholders_pending, tok.special.image, np.int32), body])
+            placeholders_pending = 0
+        ids.append(np.array([role_id], np.int32))
+        loss.append(np.zeros(1, np.int8))
+        ids.append(body)
+        loss.append(np.full(len(body), 1 if is_assistant else 0, np.int8))
+        if is_assistant:
+            ids.append(np.array([tok.special.eos], np.int32))
+            loss.append(np.ones(1, np.int8))
+    if placeholders_pending:  # no user turn to carry them: put them after BOS
+        ids.insert(1, np.full(placeholders_pending, tok.special.image, np.int32))
+        loss.insert(1, np.zeros(placeholders_pending, np.int8))
+    flat_ids = np.concatenate(ids)
+    flat_loss = np.concatenate(loss).astype(np.int32)
+    flat_loss[flat_ids == tok.special.image] = 0
+    return np.stack([flat_ids, flat_loss])
