@@ -15,7 +15,7 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install --upgrade pip setuptools wheel
 "${PIP[@]}" install "$TORCH_SPEC"
-"${PIP[@]}" install -e "$here[dali,ray,test]"
+"${PIP[@]}" install -c "$here/tools/constraints.txt" -e "$here[dali,ray,test]"
 
 # Pillow-SIMD replaces Pillow's PIL package; it must be installed last.
 if [ "${VLMDATA_NO_SIMD:-0}" != "1" ]; then

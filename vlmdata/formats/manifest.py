@@ -43,6 +43,10 @@ class Manifest:
     shards: list[ShardInfo]
     tokenizer: dict
     image_policy: dict | None = None       # memmap stores pre-resized images: its fixed policy
+    layout: dict = field(default_factory=lambda: {"text": "tok.npy"})
+    # layout["text"]: "tok.npy" (pre-tokenized, vlmdata's own shards) or, for shards written by
+    # other tools and indexed in place, "txt" / "json" (tokenized at load time; for "json" the
+    # caption is layout["json_field"]). The index's tok_offset/tok_size then point at that member.
     stats: dict = field(default_factory=dict)
     version: int = FORMAT_VERSION
     format: str = "vlmdata"

@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,10 +92,42 @@ class SampleRecord:
         return None if self.meta_view is None else json.loads(bytes(self.meta_view))
 
 
-def read_sample(buf, index: SampleIndex, i: int, with_meta: bool = False) -> SampleRecord:
-    """Read sample i of a shard held in memory (bytes, mmap or memoryview)."""
-    tokens = tokens_from_npy(member_bytes(buf, int(index.tok_offset[i]), int(index.tok_size[i])))
+TextDecoder = Callable[[memoryview, int], np.ndarray]  # (text member, n_images) -> (2, T)
+
+
+def text_decoder_for(layout: dict, tokenizer_identity: dict) -> TextDecoder:
+    """How to turn a sample's text member into (2, T) ids+loss flags for a manifest layout.
+
+    vlmdata's own shards store tokens (`tok.npy`); shards indexed in place hold
+    raw captions (`txt`, or a field of `json`), tokenized here as one user turn
+    holding the images followed by the caption as the assistant turn.
+    """
+    kind = layout.get("text", "tok.npy")
+    if kind == "tok.npy":
+        return lambda data, n_images: tokens_from_npy(data)
+    from vlmdata.tokenizer import encode_conversation, load_tokenizer
+
+    tok = load_tokenizer(tokenizer_identity.get("path") if tokenizer_identity.get("name") == "hf-tokenizers" else None)
+    json_field = layout.get("json_field", "caption")
+
+    def decode(data, n_images: int) -> np.ndarray:
+        raw = bytes(data)
+        text = json.loads(raw)[json_field] if kind == "json" else raw.decode("utf-8")
+        return encode_conversation(tok, [("user", ""), ("assistant", str(text))], n_images)
+
+    return decode
+
+
+def read_sample(buf, index: SampleIndex, i: int, with_meta: bool = False,
+                text_decoder: TextDecoder | None = None) -> SampleRecord:
+    """Read sample i of a shard held in memory (bytes, mmap or memoryview).
+
+    `text_decoder` (from `text_decoder_for`) handles shards whose text is not
+    pre-tokenized (image placeholders then go at the start of the user turn).
+    """
+    text = member_bytes(buf, int(index.tok_offset[i]), int(index.tok_size[i]))
     sl = index.image_slice(i)
+    tokens = tokens_from_npy(text) if text_decoder is None else text_decoder(text, sl.stop - sl.start)
     images = [member_bytes(buf, int(o), int(s)) for o, s in zip(index.img_offset[sl], index.img_size[sl])]
     sizes = list(zip(index.width[sl].tolist(), index.height[sl].tolist()))
     meta = None

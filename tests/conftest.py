@@ -1,0 +1,40 @@
+"""Shared test fixtures: where the corpus generator lives, and small generated corpora."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def gen_raw_path() -> Path:
+    """../shared/bench/gen_raw.py next to the checkout (VLMDATA_GEN_RAW overrides)."""
+    override = os.environ.get("VLMDATA_GEN_RAW")
+    path = Path(override) if override else REPO.parent / "shared" / "bench" / "gen_raw.py"
+    if not path.exists():
+        raise FileNotFoundError(f"corpus generator not found at {path}; set VLMDATA_GEN_RAW")
+    return path
+
+
+def generate_corpus(out: Path, samples: int, seed: int = 0, fmt: str = "llava", corrupt: float = 0.0) -> Path:
+    """Run gen_raw.py into `out` and return it."""
+    cmd = [sys.executable, str(gen_raw_path()), str(out), "--samples", str(samples), "--seed", str(seed),
+           "--format", fmt, "--corrupt", str(corrupt)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def small_llava_corpus(tmp_path_factory) -> Path:
+    """120 LLaVA-style samples, no corruption."""
+    return generate_corpus(tmp_path_factory.mktemp("llava"), samples=120, seed=1)
+
+
+@pytest.fixture(scope="session")
+def corrupt_llava_corpus(tmp_path_factory) -> Path:
+    """150 LLaVA-style samples with ~15 % corrupt entries (ids in corrupt.json)."""
+    return generate_corpus(tmp_path_factory.mktemp("llava_bad"), samples=150, seed=2, corrupt=0.15)
