@@ -63,6 +63,7 @@ def atomic_write_bytes(url: str, data: bytes, storage_options: dict | None = Non
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix="." + os.path.basename(path))
         try:
+            os.fchmod(fd, 0o644)  # mkstemp creates 0600; published files are as readable as normal ones
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()

@@ -8,16 +8,38 @@ beyond prometheus_client's optional default registry.
 DataLoader workers do not touch the registry: they attach their counts to
 each pack (`PackedBatch["stats"]`, see `StatsDelta`) and the consuming
 process adds them with `MetricSet.absorb`. Counts therefore survive worker
-exit and there are no per-process files to grow.
+exit and there are no per-process files to grow (prometheus_client's
+multiprocess mode is never needed).
+
+A cache used inside a DataLoader worker reports the same way: the dataset
+calls `take_fetch_stats(fetcher)` when it finishes a pack and merges the
+result into the pack's delta (`StatsDelta.merge`).
+
+What is exported (the `rank` label is absent when `rank_labels=False`):
+
+| metric | type | labels |
+|---|---|---|
+| vlmdata_samples_total, _images_total, _real_tokens_total, _padding_tokens_total, _packs_total | counter | rank |
+| vlmdata_truncated_samples_total, vlmdata_decode_seconds_total | counter | rank |
+| vlmdata_skipped_samples_total | counter | rank, reason |
+| vlmdata_data_wait_seconds_total, _step_seconds_total, _steps_total | counter | rank |
+| vlmdata_step_duration_seconds | histogram | rank |
+| vlmdata_cache_hits_total, _cache_misses_total, _fetch_bytes_total, _cache_evictions_total | counter | tier |
+| vlmdata_cache_bytes | gauge | tier |
+| vlmdata_prefetch_lead_items, vlmdata_inflight_fetches | gauge | |
 """
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter as PCounter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import Counter as PCounter
+from prometheus_client.metrics import MetricWrapperBase
 
 TIERS = ("memory", "disk", "remote")
+STEP_BUCKETS = (0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30)
 
 
 class MetricSet:
@@ -25,6 +47,7 @@ class MetricSet:
 
     def __init__(self, registry: CollectorRegistry | None = None, rank_labels: bool = True):
         self.registry = registry if registry is not None else CollectorRegistry()
+        self.rank_labels = rank_labels
         r = self.registry
         rank = ["rank"] if rank_labels else []
         # loader output
@@ -41,7 +64,7 @@ class MetricSet:
         self.step_seconds = PCounter("vlmdata_step_seconds_total", "Seconds in training steps, data wait included", rank, registry=r)
         self.steps = PCounter("vlmdata_steps_total", "Training steps completed", rank, registry=r)
         self.step_time = Histogram("vlmdata_step_duration_seconds", "Duration of one training step", rank, registry=r,
-                                   buckets=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30))
+                                   buckets=STEP_BUCKETS)
         # cache
         self.cache_hits = PCounter("vlmdata_cache_hits_total", "Cache lookups served, by tier", ["tier"], registry=r)
         self.cache_misses = PCounter("vlmdata_cache_misses_total", "Cache lookups not served, by tier", ["tier"], registry=r)
@@ -51,23 +74,63 @@ class MetricSet:
         self.inflight = Gauge("vlmdata_inflight_fetches", "Remote fetches in progress", registry=r)
         self.cache_bytes = Gauge("vlmdata_cache_bytes", "Bytes held, by tier", ["tier"], registry=r)
 
-    def absorb(self, delta: StatsDelta, rank: int | str = 0) -> None:
-        """Add a worker's counts (carried by a pack) to this process's metrics."""
-        lab = {"rank": str(rank)}
-        self.samples.labels(**lab).inc(delta.samples)
-        self.images.labels(**lab).inc(delta.images)
-        self.real_tokens.labels(**lab).inc(delta.real_tokens)
-        self.padded_tokens.labels(**lab).inc(delta.padded_tokens)
-        self.packs.labels(**lab).inc(delta.packs)
-        self.truncated.labels(**lab).inc(delta.truncated)
-        self.decode_seconds.labels(**lab).inc(delta.decode_seconds)
+    def _by_rank(self, metric, rank: int | str, **labels):
+        """The child of a rank-labelled metric (the rank is dropped when rank_labels is off)."""
+        if self.rank_labels:
+            labels["rank"] = str(rank)
+        return metric.labels(**labels) if labels else metric
+
+    def absorb(self, delta: StatsDelta | Mapping, rank: int | str = 0) -> None:
+        """Add a worker's counts (carried by a pack, as a StatsDelta or its dict) to this process's metrics."""
+        if not isinstance(delta, StatsDelta):
+            delta = StatsDelta.from_dict(delta)
+        for attr, metric in (("samples", self.samples), ("images", self.images),
+                             ("real_tokens", self.real_tokens), ("padded_tokens", self.padded_tokens),
+                             ("packs", self.packs), ("truncated", self.truncated),
+                             ("decode_seconds", self.decode_seconds)):
+            value = getattr(delta, attr)
+            if value:
+                self._by_rank(metric, rank).inc(value)
         for reason, n in delta.skipped.items():
-            self.skipped.labels(reason=reason, **lab).inc(n)
+            self._by_rank(self.skipped, rank, reason=str(reason)).inc(n)
+        for attr, metric in (("cache_hits", self.cache_hits), ("cache_misses", self.cache_misses),
+                             ("fetch_bytes", self.fetch_bytes), ("evictions", self.evictions)):
+            for tier, n in getattr(delta, attr).items():
+                metric.labels(tier=str(tier)).inc(n)
+        if delta.prefetch_lead is not None:
+            self.prefetch_lead.set(delta.prefetch_lead)
+
+    def observe_wait(self, seconds: float, rank: int | str = 0) -> None:
+        """Time the consumer spent blocked waiting for the next batch."""
+        self._by_rank(self.data_wait_seconds, rank).inc(max(0.0, seconds))
+
+    def observe_step(self, seconds: float, rank: int | str = 0) -> None:
+        """One completed training step (data wait included)."""
+        seconds = max(0.0, seconds)
+        self._by_rank(self.step_seconds, rank).inc(seconds)
+        self._by_rank(self.steps, rank).inc()
+        self._by_rank(self.step_time, rank).observe(seconds)
+
+    def record_fetch(self, tier: str, hit: bool, nbytes: int = 0) -> None:
+        """A cache lookup in `tier` (daemon or in-process cache); `nbytes` read from that tier."""
+        (self.cache_hits if hit else self.cache_misses).labels(tier=tier).inc()
+        if nbytes:
+            self.fetch_bytes.labels(tier=tier).inc(nbytes)
+
+
+def _add_counts(into: Counter, other: Mapping) -> None:
+    for k, v in other.items():
+        into[k] += v
 
 
 @dataclass
 class StatsDelta:
-    """Counts produced while making one pack; plain data, travels with the pack."""
+    """Counts produced while making one pack; plain data, travels with the pack.
+
+    The per-tier fields (`cache_hits`, `cache_misses`, `fetch_bytes`, `evictions`)
+    map a tier name (see TIERS) to a count; `prefetch_lead` is the latest value of
+    the gauge (None = not measured).
+    """
 
     samples: int = 0
     images: int = 0
@@ -77,14 +140,104 @@ class StatsDelta:
     truncated: int = 0
     decode_seconds: float = 0.0
     skipped: Counter = field(default_factory=Counter)
+    cache_hits: Counter = field(default_factory=Counter)
+    cache_misses: Counter = field(default_factory=Counter)
+    fetch_bytes: Counter = field(default_factory=Counter)
+    evictions: Counter = field(default_factory=Counter)
+    prefetch_lead: float | None = None
+
+    _COUNTERS = ("skipped", "cache_hits", "cache_misses", "fetch_bytes", "evictions")
+    _SCALARS = ("samples", "images", "real_tokens", "padded_tokens", "packs", "truncated", "decode_seconds")
+
+    def record_fetch(self, tier: str, hit: bool, nbytes: int = 0) -> None:
+        """Count one cache lookup in `tier`; `nbytes` read from that tier."""
+        (self.cache_hits if hit else self.cache_misses)[tier] += 1
+        if nbytes:
+            self.fetch_bytes[tier] += nbytes
+
+    def merge(self, other: StatsDelta | None) -> StatsDelta:
+        """Add `other`'s counts into this delta (in place) and return self."""
+        if other is None:
+            return self
+        for name in self._SCALARS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in self._COUNTERS:
+            _add_counts(getattr(self, name), getattr(other, name))
+        if other.prefetch_lead is not None:
+            self.prefetch_lead = other.prefetch_lead
+        return self
+
+    def is_empty(self) -> bool:
+        return (not any(getattr(self, n) for n in self._SCALARS + self._COUNTERS)
+                and self.prefetch_lead is None)
 
     def to_dict(self) -> dict:
-        return {"samples": self.samples, "images": self.images, "real_tokens": self.real_tokens,
-                "padded_tokens": self.padded_tokens, "packs": self.packs, "truncated": self.truncated,
-                "decode_seconds": self.decode_seconds, "skipped": dict(self.skipped)}
+        d = {name: getattr(self, name) for name in self._SCALARS}
+        d.update({name: dict(getattr(self, name)) for name in self._COUNTERS})
+        d["prefetch_lead"] = self.prefetch_lead
+        return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> StatsDelta:
+    def from_dict(cls, d: Mapping) -> StatsDelta:
+        """Inverse of to_dict; missing keys take their defaults, unknown keys are an error."""
         d = dict(d)
-        d["skipped"] = Counter(d.get("skipped", {}))
+        unknown = set(d) - set(cls._SCALARS) - set(cls._COUNTERS) - {"prefetch_lead"}
+        if unknown:
+            raise ValueError(f"unknown StatsDelta fields: {sorted(unknown)}")
+        for name in cls._COUNTERS:
+            d[name] = Counter(_plain(d.get(name) or {}))
+        for name in cls._SCALARS:
+            if name in d:
+                d[name] = _plain(d[name])
+        if d.get("prefetch_lead") is not None:
+            d["prefetch_lead"] = float(_plain(d["prefetch_lead"]))
         return cls(**d)
+
+
+def _plain(value):
+    """Turn tensors/numpy scalars (a DataLoader may convert them) back into Python numbers."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    item = getattr(value, "item", None)
+    return item() if callable(item) else value
+
+
+def take_fetch_stats(fetcher) -> StatsDelta | None:
+    """The cache counts a fetcher gathered since the last call, if it reports any.
+
+    A fetcher opts in by defining `take_stats() -> StatsDelta | dict | None`
+    that returns its counts and resets them (worker-side caches use this to
+    ride along with packs).
+    """
+    take = getattr(fetcher, "take_stats", None)
+    if take is None:
+        return None
+    got = take()
+    if got is None or isinstance(got, StatsDelta):
+        return got
+    return StatsDelta.from_dict(got)
+
+
+def exported_series(metrics: MetricSet) -> dict[str, tuple[str, ...]]:
+    """Every series name the registry can export, mapped to its label names.
+
+    Counters export `<name>_total`, histograms `_bucket` (plus label `le`), `_sum`
+    and `_count`; used to check dashboards only query metrics that exist.
+    """
+    out: dict[str, tuple[str, ...]] = {}
+    for collector in vars(metrics).values():
+        if not isinstance(collector, MetricWrapperBase):
+            continue
+        # prometheus_client keeps these private; its public describe() drops the label names.
+        labels = tuple(collector._labelnames)
+        kind = collector._type
+        base = collector._name
+        if kind == "counter":
+            out[f"{base}_total"] = labels
+        elif kind == "histogram":
+            out[f"{base}_bucket"] = labels + ("le",)
+            out[f"{base}_sum"] = labels
+            out[f"{base}_count"] = labels
+        else:
+            out[base] = labels
+    return out

@@ -1,4 +1,6 @@
 """Shard fetching and caching: tiers, eviction policies, prefetcher, per-node daemon."""
-from vlmdata.cache.fetch import DirectFetcher, FetchError, ShardFetcher, ShardRef
+from vlmdata.cache.config import CacheConfig
+from vlmdata.cache.fetch import DirectFetcher, FetchError, RetryPolicy, ShardFetcher, ShardRef
+from vlmdata.cache.keys import BadKeyError
 
-__all__ = ["DirectFetcher", "FetchError", "ShardFetcher", "ShardRef"]
+__all__ = ["BadKeyError", "CacheConfig", "DirectFetcher", "FetchError", "RetryPolicy", "ShardFetcher", "ShardRef"]

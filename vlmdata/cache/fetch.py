@@ -3,7 +3,8 @@
 `ShardRef` names a shard and what its bytes must look like; `DirectFetcher`
 is the no-cache path (and the object-store tier of the tiered cache): it
 reads the object, retries transient errors with exponential backoff and
-jitter, and verifies size and CRC32 before returning.
+jitter, and verifies size and CRC32 before returning (`get`), or streams it
+into a file (`fetch_to`, used by the SSD tier).
 """
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import logging
 import random
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import BinaryIO, Protocol, TypeVar
 
 from vlmdata import fsutil
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class FetchError(IOError):
@@ -81,17 +84,58 @@ class ShardFetcher(Protocol):
 class DirectFetcher:
     """Reads shards straight from their URLs (no cache), verified, with retries."""
 
+    whole_object_bytes = 64 << 20   # fetch_to: objects up to this size are read with one request
+    chunk_bytes = 16 << 20          # fetch_to: read size when streaming larger objects
+
     def __init__(self, storage_options: dict | None = None, retry: RetryPolicy | None = None):
         self.storage_options = storage_options or {}
         self.retry = retry or RetryPolicy()
 
     def get(self, ref: ShardRef) -> bytes:
+        return self._with_retries(ref, lambda: self._get_once(ref))
+
+    def _get_once(self, ref: ShardRef) -> bytes:
+        data = fsutil.read_bytes(ref.url, self.storage_options)
+        verify(data, ref)
+        return data
+
+    def fetch_to(self, ref: ShardRef, f: BinaryIO) -> tuple[int, int]:
+        """Write the shard's verified bytes to the seekable file `f`; return (size, crc32).
+
+        Objects up to `whole_object_bytes` (or of unknown size) are read with one request; larger
+        ones are streamed in chunks, so memory stays bounded. A failed attempt truncates `f` and
+        starts over; a size/CRC mismatch counts as a failed attempt.
+        """
+        return self._with_retries(ref, lambda: self._fetch_to_once(ref, f))
+
+    def _fetch_to_once(self, ref: ShardRef, f: BinaryIO) -> tuple[int, int]:
+        f.seek(0)
+        f.truncate()
+        if ref.size is None or ref.size <= self.whole_object_bytes:
+            data = self._get_once(ref)
+            f.write(data)
+            return len(data), zlib.crc32(data) & 0xFFFFFFFF
+        size, crc = 0, 0
+        with fsutil.open_url(ref.url, "rb", self.storage_options) as src:
+            while True:
+                chunk = src.read(self.chunk_bytes)
+                if not chunk:
+                    break
+                f.write(chunk)
+                size += len(chunk)
+                crc = zlib.crc32(chunk, crc)
+        crc &= 0xFFFFFFFF
+        if size != ref.size:
+            raise CorruptShardError(f"{ref.url}: {size} bytes, expected {ref.size}")
+        if ref.crc32 is not None and crc != ref.crc32:
+            raise CorruptShardError(f"{ref.url}: crc32 {crc:#010x}, expected {ref.crc32:#010x}")
+        return size, crc
+
+    def _with_retries(self, ref: ShardRef, attempt_once: Callable[[], T]) -> T:
         last: Exception | None = None
         for attempt in range(self.retry.attempts):
             try:
-                data = fsutil.read_bytes(ref.url, self.storage_options)
-                verify(data, ref)
-                return data
+                return attempt_once()
             except FileNotFoundError as exc:
                 raise FetchError(f"{ref.url}: not found") from exc
             except Exception as exc:  # network errors come in many types across fsspec backends
@@ -100,7 +144,8 @@ class DirectFetcher:
                     delay = self.retry.delay(attempt)
                     log.warning("fetch %s failed (%s); retry %d in %.2fs", ref.url, exc, attempt + 1, delay)
                     time.sleep(delay)
-        raise FetchError(f"{ref.url}: failed after {self.retry.attempts} attempts: {last}") from last
+        error = CorruptShardError if isinstance(last, CorruptShardError) else FetchError
+        raise error(f"{ref.url}: failed after {self.retry.attempts} attempts: {last}") from last
 
     def plan_ahead(self, refs: list[ShardRef]) -> None:
         return None

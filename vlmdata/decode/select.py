@@ -1,17 +1,144 @@
-"""Choosing a decoder by name: "pillow", "dali" or "auto"."""
+"""Choosing a decoder by name: "pillow", "dali" or "auto".
+
+Two places decode:
+- DataLoader workers, on CPU: `make_decoder(name)` returns an `ImageDecoder`
+  (Pillow-SIMD or DALI-CPU).
+- the training process, on the GPU: `make_gpu_stage(name, policy)` returns a
+  `DaliGpuStage` when nvJPEG decode is usable (then the dataset defers decode
+  and workers ship encoded bytes), else None.
+
+"auto" on CPU is Pillow: on the 2-core Xeon this was built on, Pillow-SIMD with
+JPEG draft-mode (DCT-scaled) decode delivers ~2-3x the images/s of DALI-CPU at
+336x336 and ~1.5-2x with dynamic resolution (tools/bench_decode.py, numbers in
+BENCHMARKS.md): DALI's CPU decoder always decodes at full resolution, and
+draft mode skips most of the IDCT work for large photos. A machine measured
+otherwise can record its own winner with `tools/bench_decode.py --save-choice`
+(a small JSON in ~/.cache/vlmdata keyed by CPU model and library versions);
+"auto" reads it. Choosing by a per-process timing run was rejected: on a busy
+machine two DataLoader workers could pick different decoders and so produce
+slightly different pixels for the same epoch.
+"""
 from __future__ import annotations
 
+import json
+import logging
+import os
+import platform
+from pathlib import Path
+
 from vlmdata.decode.base import ImageDecoder
+from vlmdata.decode.policy import ImagePolicy
+
+log = logging.getLogger(__name__)
+
+CPU_DECODERS = ("pillow", "dali")
+
+
+def choice_path() -> Path:
+    """Where a measured CPU-decoder choice is cached (VLMDATA_CACHE_DIR or ~/.cache/vlmdata)."""
+    root = os.environ.get("VLMDATA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "vlmdata")
+    return Path(root) / "decode-choice.json"
+
+
+def machine_key() -> str:
+    """CPU model, core count and decoder library versions: a cached choice is valid only for these."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model}|{os.cpu_count()}|PIL {_version('PIL')}|DALI {_version('nvidia.dali')}"
+
+
+def _version(module: str) -> str:
+    try:
+        mod = __import__(module, fromlist=["__version__"])
+    except ImportError:
+        return "absent"
+    return str(getattr(mod, "__version__", "?"))
+
+
+def save_cpu_choice(name: str, evidence: dict, path: Path | None = None) -> Path:
+    """Record the measured fastest CPU decoder for this machine (atomic write)."""
+    if name not in CPU_DECODERS:
+        raise ValueError(f"unknown CPU decoder {name!r}")
+    path = path or choice_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"machine": machine_key(), "decoder": name, "evidence": evidence}, indent=1))
+    os.replace(tmp, path)
+    return path
+
+
+def cached_cpu_choice(path: Path | None = None) -> str | None:
+    """The recorded choice if it was measured on this machine with these versions, else None."""
+    path = path or choice_path()
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or rec.get("machine") != machine_key() or rec.get("decoder") not in CPU_DECODERS:
+        return None
+    return rec["decoder"]
+
+
+def fastest_cpu_decoder() -> str:
+    """"pillow" unless a measurement on this machine recorded "dali" (and DALI imports)."""
+    choice = cached_cpu_choice() or "pillow"
+    if choice == "dali" and not dali_available():
+        return "pillow"
+    return choice
+
+
+def dali_available() -> bool:
+    try:
+        import nvidia.dali  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def gpu_decode_available() -> bool:
+    """True when DALI imports and torch sees a CUDA device (nvJPEG "mixed" decode usable)."""
+    if not dali_available():
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.device_count() > 0)
 
 
 def make_decoder(name: str = "auto") -> ImageDecoder:
     """A CPU-side decoder usable inside DataLoader workers."""
-    if name in ("pillow", "auto"):
+    if name == "auto":
+        name = fastest_cpu_decoder()
+    if name == "pillow":
         from vlmdata.decode.pillow import PillowDecoder
 
         return PillowDecoder()
     if name == "dali":
+        if not dali_available():
+            raise ValueError("decoder='dali' needs NVIDIA DALI: pip install 'vlmdata[dali]' (nvidia-dali-cuda120)")
         from vlmdata.decode.dali import DaliCpuDecoder
 
         return DaliCpuDecoder()
     raise ValueError(f"unknown decoder {name!r}: use 'pillow', 'dali' or 'auto'")
+
+
+def make_gpu_stage(name: str, policy: ImagePolicy, device_id: int | None = None):
+    """A `DaliGpuStage` for decoder "dali"/"auto" when a CUDA GPU and DALI are usable, else None.
+
+    device_id defaults to LOCAL_RANK (torchrun) or 0.
+    """
+    if name not in ("pillow", "dali", "auto"):
+        raise ValueError(f"unknown decoder {name!r}: use 'pillow', 'dali' or 'auto'")
+    if name == "pillow" or not gpu_decode_available():
+        return None
+    from vlmdata.decode.dali_gpu import DaliGpuStage, GpuStageOptions
+
+    if device_id is None:
+        device_id = int(os.environ.get("LOCAL_RANK", "0"))
+    return DaliGpuStage(policy, GpuStageOptions(device="mixed", device_id=device_id))

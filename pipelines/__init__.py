@@ -1,0 +1,1 @@
+"""End-to-end programs built on vlmdata: a small VLM, varlen attention, the torchrun trainer, the demo."""

@@ -1,0 +1,440 @@
+"""Distributed training of the tiny VLM on packed batches; run it with torchrun:
+
+    python -m torch.distributed.run --nproc_per_node 2 -m pipelines.train \\
+        --data /path/to/dataset --steps 40 --out /tmp/run [--fsdp] [--accum 2] \\
+        [--ckpt-dir /tmp/ckpt --ckpt-every 10] [--resume] [--metrics-port 9400]
+
+- DDP by default (gloo on CPU, NCCL on GPU); `--fsdp` shards with FSDP2 (`fully_shard`).
+- bf16 autocast on GPU; fp32 on CPU.
+- Gradient accumulation over `--accum` packs per step, with `no_sync` on all
+  but the last. The loss is the sum of token losses divided by the GLOBAL
+  number of label tokens of the step (all micro-batches, all ranks), counted
+  and all-reduced before the forward passes. DDP and FSDP average gradients
+  over ranks, so each rank back-propagates sum * world_size / global_count.
+- A pack with no sample (an epoch tail with fewer samples than ranks) still
+  runs a forward/backward with zero loss that touches every parameter, so
+  every rank issues the same collectives.
+- Checkpoint and resume: model, optimizer (DCP) and each rank's data state
+  (the `state` of its last consumed pack). The learning rate is a pure
+  function of the step, and nothing else is random, so a resumed run
+  reproduces the losses of an uninterrupted one.
+- Per step: real tokens/s, step time, data-wait fraction, loss (log lines,
+  a JSONL file per rank under --out, and Prometheus metrics per rank).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from pipelines.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from pipelines.data import BatchSource, DataOptions, DatasetSource, model_fields_for
+from pipelines.model import IGNORE, TinyVLM, VLMConfig, image_grids, param_checksum
+from vlmdata.metrics import MetricSet
+
+log = logging.getLogger("pipelines.train")
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation, parallelism, checkpointing and reporting options."""
+
+    steps: int = 20
+    accum: int = 1
+    lr: float = 2e-3
+    warmup: int = 0
+    weight_decay: float = 0.0
+    optimizer: str = "adamw"           # "adamw" | "sgd"
+    grad_clip: float = 1.0             # 0 disables
+    fsdp: bool = False
+    seed: int = 0
+    ckpt_dir: str | None = None
+    ckpt_every: int = 0                # 0: only at the end (when ckpt_dir is set)
+    resume: bool = False
+    stop_after: int | None = None      # stop (and checkpoint) after this step; the schedule still uses `steps`
+    out_dir: str | None = None         # per-rank steps.rank{r}.jsonl and result.rank{r}.json
+    metrics_port: int | None = None    # rank r serves on port + r (0: any free port)
+    log_every: int = 1
+
+
+@dataclass
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+
+@dataclass
+class StepRecord:
+    """What one optimizer step did, as seen by one rank (global fields are all-reduced)."""
+
+    step: int
+    loss: float                 # global: sum of token losses / global label tokens
+    label_tokens: int           # global
+    real_tokens: int            # global
+    images: int                 # global
+    samples: int                # global
+    packs: int                  # global
+    step_seconds: float         # this rank
+    wait_seconds: float         # this rank
+    lr: float
+    extra: dict = field(default_factory=dict)
+
+
+def init_distributed() -> DistInfo:
+    """Join the torchrun job (or make a 1-rank group when run alone)."""
+    use_cuda = torch.cuda.is_available()
+    if not dist.is_initialized():
+        backend = "nccl" if use_cuda else "gloo"
+        if "RANK" in os.environ:
+            dist.init_process_group(backend)
+        else:
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device)
+
+
+def label_count(batch: dict) -> int:
+    """Label tokens of a pack, counted as the model counts them (targets = labels[1:])."""
+    labels = batch["labels"]
+    return int((labels[1:] != IGNORE).sum()) if labels.numel() > 1 else 0
+
+
+def image_count(batch: dict) -> int:
+    pixels = batch.get("pixel_values")
+    if pixels is None:
+        return 0
+    return int(pixels.shape[0]) if pixels.dim() == 4 else int(image_grids(batch).shape[0])
+
+
+def sample_count(batch: dict) -> int:
+    """Samples in a pack (an empty pack is one padding token and no sample key)."""
+    keys = batch.get("sample_keys")
+    return len(keys) if keys is not None else len(batch["cu_seqlens"]) - 1
+
+
+def real_token_count(batch: dict) -> int:
+    """Non-padding tokens of a pack."""
+    return int(batch["cu_seqlens"][-1]) if sample_count(batch) else 0
+
+
+def wrap_model(model: nn.Module, info: DistInfo, fsdp: bool) -> nn.Module:
+    """DDP (default) or FSDP2 over every transformer block plus the root."""
+    if fsdp:
+        from torch.distributed.fsdp import fully_shard
+
+        for block in list(model.vision.blocks) + list(model.layers):
+            fully_shard(block)
+        fully_shard(model)
+        return model
+    if info.world_size == 1:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [info.local_rank] if info.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids)
+
+
+def _sync_context(model: nn.Module, sync: bool):
+    """Gradient sync only on the last micro-batch: DDP no_sync, FSDP2 set_requires_gradient_sync."""
+    if hasattr(model, "set_requires_gradient_sync"):
+        model.set_requires_gradient_sync(sync)
+        return contextlib.nullcontext()
+    if not sync and hasattr(model, "no_sync"):
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+def _autocast(device: torch.device):
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def accumulate_gradients(model: nn.Module, micro: list[dict], global_count: int, world_size: int,
+                         device: torch.device) -> torch.Tensor:
+    """Forward/backward every micro-batch; gradients end up as d(global mean token loss).
+
+    Returns this rank's summed token loss (detached).
+    """
+    scale = world_size / max(global_count, 1)
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for i, batch in enumerate(micro):
+        with _sync_context(model, sync=i == len(micro) - 1), _autocast(device):
+            loss_sum, _ = model(batch)
+            (loss_sum * scale).backward()
+        total += loss_sum.detach().double()
+    return total
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                 betas=(0.9, 0.95), foreach=False)
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    raise ValueError(f"unknown optimizer {cfg.optimizer!r}: use adamw or sgd")
+
+
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    """Linear warm-up then cosine decay to 10 %; a pure function of the step (resume-exact)."""
+    if cfg.warmup and step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    span = max(cfg.steps - cfg.warmup, 1)
+    progress = min(max(step - cfg.warmup, 0) / span, 1.0)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def start_metrics_server(metrics: MetricSet, port: int, rank: int):
+    """Serve this rank's metrics on 127.0.0.1:(port + rank), or any free port when port is 0."""
+    bind = port + rank if port else 0
+    try:
+        from vlmdata.metrics_server import serve_metrics
+    except ImportError:
+        from prometheus_client import start_http_server
+
+        server, _thread = start_http_server(bind, addr="127.0.0.1", registry=metrics.registry)
+        return server, f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    server = serve_metrics(metrics, port=bind)
+    return server, server.url
+
+
+class Trainer:
+    """One rank's training loop; the batch source and the model config are parameters."""
+
+    def __init__(self, cfg: TrainConfig, model_cfg: VLMConfig, info: DistInfo):
+        self.cfg, self.info = cfg, info
+        torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP broadcasts them too)
+        self.model = wrap_model(TinyVLM(model_cfg).to(info.device), info, cfg.fsdp)
+        self.optimizer = make_optimizer(self.model, cfg)
+        self.metrics = MetricSet()
+        self.records: list[StepRecord] = []
+        self.start_step = 0
+        self.metrics_url: str | None = None
+        self._server = None
+
+    @property
+    def module(self) -> TinyVLM:
+        return getattr(self.model, "module", self.model)
+
+    def restore(self, source: BatchSource) -> None:
+        """Resume from the newest checkpoint in ckpt_dir, if any."""
+        if not (self.cfg.resume and self.cfg.ckpt_dir):
+            return
+        path = latest_checkpoint(self.cfg.ckpt_dir)
+        if path is None:
+            log.info("no checkpoint in %s: starting from scratch", self.cfg.ckpt_dir)
+            return
+        state = load_checkpoint(path, self.model, self.optimizer)
+        source.load_state_dict(state["data"])
+        self.start_step = state["step"]
+        log.info("rank %d resumed from %s at step %d", self.info.rank, path, self.start_step)
+
+    def run(self, source: BatchSource) -> dict:
+        cfg, info = self.cfg, self.info
+        self.restore(source)
+        if cfg.metrics_port is not None:
+            self._server, self.metrics_url = start_metrics_server(self.metrics, cfg.metrics_port, info.rank)
+        steps_file = self._open_steps_file()
+        end = cfg.steps if cfg.stop_after is None else min(cfg.steps, cfg.stop_after)
+        it = iter(source)
+        try:
+            for step in range(self.start_step, end):
+                record = self.train_step(step, it)
+                self.records.append(record)
+                if steps_file:
+                    steps_file.write(json.dumps(asdict(record)) + "\n")
+                    steps_file.flush()
+                if info.rank == 0 and (step % cfg.log_every == 0 or step == end - 1):
+                    log.info(format_record(record, info.world_size))
+                last = step == end - 1
+                if cfg.ckpt_dir and ((cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0) or last):
+                    save_checkpoint(cfg.ckpt_dir, step + 1, self.model, self.optimizer, source.state_dict(),
+                                    extra={"loss": record.loss})
+        finally:
+            if steps_file:
+                steps_file.close()
+            close = getattr(it, "close", None)
+            if close:
+                close()
+        result = self.summary()
+        if cfg.out_dir:
+            path = os.path.join(cfg.out_dir, f"result.rank{info.rank}.json")
+            with open(path, "w") as f:
+                json.dump(result, f, indent=1)
+        return result
+
+    def _open_steps_file(self):
+        if not self.cfg.out_dir:
+            return None
+        os.makedirs(self.cfg.out_dir, exist_ok=True)
+        return open(os.path.join(self.cfg.out_dir, f"steps.rank{self.info.rank}.jsonl"), "a")
+
+    def train_step(self, step: int, it: Iterator[dict]) -> StepRecord:
+        info, cfg = self.info, self.cfg
+        t0 = time.perf_counter()
+        micro, wait = [], 0.0
+        for _ in range(cfg.accum):
+            t = time.perf_counter()
+            batch = next(it)
+            wait += time.perf_counter() - t
+            micro.append(batch)
+            if batch.get("stats"):
+                self.metrics.absorb(batch["stats"], info.rank)
+        local = torch.tensor([sum(label_count(b) for b in micro)], dtype=torch.int64, device=info.device)
+        dist.all_reduce(local)
+        global_count = int(local.item())
+        lr = lr_at(cfg, step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = accumulate_gradients(self.model, micro, global_count, info.world_size, info.device)
+        if cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        elapsed = time.perf_counter() - t0
+        self.metrics.observe_wait(wait, info.rank)
+        self.metrics.observe_step(elapsed, info.rank)
+        real = sum(real_token_count(b) for b in micro)
+        vec = torch.tensor([float(loss_sum), real, sum(image_count(b) for b in micro),
+                            sum(sample_count(b) for b in micro), len(micro)],
+                           dtype=torch.float64, device=info.device)
+        dist.all_reduce(vec)
+        loss_g, real_g, images_g, samples_g, packs_g = vec.tolist()
+        return StepRecord(step=step, loss=loss_g / max(global_count, 1), label_tokens=global_count,
+                          real_tokens=int(real_g), images=int(images_g), samples=int(samples_g), packs=int(packs_g),
+                          step_seconds=elapsed, wait_seconds=wait, lr=lr,
+                          extra={"local_real_tokens": real, "local_loss_sum": float(loss_sum)})
+
+    def summary(self) -> dict:
+        """This rank's totals; throughput excludes the first step (loader start-up, warm-up)."""
+        steady = self.records[1:] or self.records
+        seconds = sum(r.step_seconds for r in steady)
+        wait = sum(r.wait_seconds for r in steady)
+        real = sum(r.real_tokens for r in steady)
+        images = sum(r.images for r in steady)
+        return {
+            "rank": self.info.rank, "world_size": self.info.world_size, "device": str(self.info.device),
+            "fsdp": self.cfg.fsdp, "start_step": self.start_step,
+            "steps": [r.step for r in self.records], "losses": [r.loss for r in self.records],
+            "checksum": param_checksum(self.module), "metrics_url": self.metrics_url,
+            "steady_steps": len(steady), "seconds": seconds, "wait_seconds": wait,
+            "data_wait_fraction": wait / seconds if seconds else 0.0,
+            "real_tokens": real, "images": images, "packs": sum(r.packs for r in steady),
+            "samples": sum(r.samples for r in steady),
+            "tokens_per_second": real / seconds if seconds else 0.0,
+            "images_per_second": images / seconds if seconds else 0.0,
+            "total_real_tokens": sum(r.real_tokens for r in self.records),
+            "total_packs": sum(r.packs for r in self.records),
+        }
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close() if hasattr(self._server, "close") else self._server.shutdown()
+
+
+def format_record(r: StepRecord, world: int) -> str:
+    tps = r.real_tokens / r.step_seconds if r.step_seconds else 0.0
+    frac = r.wait_seconds / r.step_seconds if r.step_seconds else 0.0
+    return (f"step {r.step + 1} loss {r.loss:.4f} tokens/s {tps:,.0f} ({world} ranks) "
+            f"step {r.step_seconds * 1000:.0f} ms data-wait {100 * frac:.1f}% lr {r.lr:.2e}")
+
+
+SourceFactory = Callable[[DistInfo], BatchSource]
+
+
+def train(cfg: TrainConfig, model_cfg: VLMConfig, make_source: SourceFactory) -> dict:
+    """Run training on this rank (joining/creating the process group); returns the rank's summary."""
+    info = init_distributed()
+    trainer = Trainer(cfg, model_cfg, info)
+    try:
+        return trainer.run(make_source(info))
+    finally:
+        trainer.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pipelines.train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="dataset directory or URL (with manifest.json)")
+    p.add_argument("--max-tokens", type=int, default=2048)
+    p.add_argument("--max-images", type=int, default=16)
+    p.add_argument("--image-size", default="56", help="fixed image side (multiple of 14) or 'dynamic'")
+    p.add_argument("--num-workers", default="1", help="DataLoader workers per rank, or 'auto'")
+    p.add_argument("--decoder", default="auto")
+    p.add_argument("--cache-daemon", default=None, help="address of a vlmdata cache-daemon")
+    p.add_argument("--model", default="tiny", choices=("tiny", "small", "base"))
+    p.add_argument("--attn-backend", default="auto", choices=("auto", "flash", "torch", "reference"))
+    p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--accum", type=int, default=1)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--warmup", type=int, default=0)
+    p.add_argument("--optimizer", default="adamw", choices=("adamw", "sgd"))
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--fsdp", action="store_true", help="shard with FSDP2 instead of DDP")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ckpt-dir", default=None)
+    p.add_argument("--ckpt-every", type=int, default=0)
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--stop-after", type=int, default=None)
+    p.add_argument("--out", default=None, help="directory for per-rank step logs and results")
+    p.add_argument("--metrics-port", type=int, default=None)
+    p.add_argument("--log-every", type=int, default=1)
+    return p
+
+
+def configs_from_args(args: argparse.Namespace) -> tuple[TrainConfig, VLMConfig, DataOptions]:
+    workers = args.num_workers if args.num_workers == "auto" else int(args.num_workers)
+    size = args.image_size if args.image_size == "dynamic" else int(args.image_size)
+    data = DataOptions(data=args.data, max_tokens=args.max_tokens, max_images=args.max_images, image_size=size,
+                       num_workers=workers, decoder=args.decoder, cache_daemon=args.cache_daemon, seed=args.seed)
+    model_cfg = VLMConfig.preset(args.model, attn_backend=args.attn_backend,
+                                 activation_checkpointing=args.activation_checkpointing, **model_fields_for(data))
+    cfg = TrainConfig(steps=args.steps, accum=args.accum, lr=args.lr, warmup=args.warmup,
+                      optimizer=args.optimizer, grad_clip=args.grad_clip, fsdp=args.fsdp, seed=args.seed,
+                      ckpt_dir=args.ckpt_dir, ckpt_every=args.ckpt_every, resume=args.resume,
+                      stop_after=args.stop_after, out_dir=args.out, metrics_port=args.metrics_port,
+                      log_every=args.log_every)
+    return cfg, model_cfg, data
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg, model_cfg, data = configs_from_args(args)
+
+    def make_source(info: DistInfo) -> BatchSource:
+        return DatasetSource(data, info.rank, info.world_size, pin_memory=info.device.type == "cuda")
+
+    try:
+        result = train(cfg, model_cfg, make_source)
+        if result["rank"] == 0:
+            log.info("done: %d steps, %.0f real tokens/s per rank, data-wait %.1f%%", len(result["steps"]),
+                     result["tokens_per_second"] / max(result["world_size"], 1),
+                     100 * result["data_wait_fraction"])
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

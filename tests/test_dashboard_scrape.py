@@ -1,0 +1,126 @@
+"""Dashboard data path without a browser: target URLs, parsing, rates, ratios, resets, down targets."""
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+from prometheus_client import generate_latest
+
+from vlmdata.cli import build_parser
+from vlmdata.dashboard import CHARTS, Dashboard, DashboardConfig
+from vlmdata.dashboard.scrape import RateTracker, chart_values, normalize_target, parse_counters
+from vlmdata.metrics import MetricSet, StatsDelta
+from vlmdata.metrics_server import MetricsServer
+
+CHART = {c.id: c for c in CHARTS}
+
+
+def exposition(ms: MetricSet) -> dict:
+    return parse_counters(generate_latest(ms.registry).decode())
+
+
+def test_normalize_target():
+    assert normalize_target("localhost:9400") == "http://localhost:9400/metrics"
+    assert normalize_target("http://h:1/") == "http://h:1/metrics"
+    assert normalize_target("http://h:1/custom/path") == "http://h:1/custom/path"
+    with pytest.raises(ValueError):
+        normalize_target("  ")
+
+
+def test_rates_ratios_and_grouping():
+    ms = MetricSet()
+    ms.absorb(StatsDelta(images=10, real_tokens=100, padded_tokens=0), rank=0)
+    before = exposition(ms)
+    ms.absorb(StatsDelta(images=20, real_tokens=900, padded_tokens=100), rank=0)
+    ms.absorb(StatsDelta(images=4), rank=1)
+    ms.observe_wait(1.0, 0), ms.observe_step(4.0, 0)
+    ms.observe_wait(3.0, 1), ms.observe_step(4.0, 1)
+    for _ in range(3):
+        ms.record_fetch("memory", hit=True)
+    ms.record_fetch("memory", hit=False)
+    ms.record_fetch("remote", hit=False, nbytes=5000)
+    after = exposition(ms)
+    pair = [(before, after, 2.0)]
+    assert chart_values(CHART["images_per_second"], pair) == {"images": pytest.approx(12.0)}
+    assert chart_values(CHART["tokens_per_second"], pair) == {"real": pytest.approx(450.0), "padding": pytest.approx(50.0)}
+    assert chart_values(CHART["padding_fraction"], pair) == {"padding": pytest.approx(0.1)}
+    assert chart_values(CHART["data_wait_fraction"], pair) == {"rank 0": pytest.approx(0.25), "rank 1": pytest.approx(0.75)}
+    assert chart_values(CHART["cache_hit_rate"], pair) == {"tier memory": pytest.approx(0.75), "tier remote": 0.0}
+    assert chart_values(CHART["object_store_bytes"], pair) == {"remote": pytest.approx(2500.0)}
+    # two targets add up; a restarted target (counter went down) counts from zero
+    restarted = MetricSet()
+    restarted.absorb(StatsDelta(images=6), rank=2)
+    pairs = pair + [(after, exposition(restarted), 3.0)]
+    assert chart_values(CHART["images_per_second"], pairs) == {"images": pytest.approx(12.0 + 2.0)}
+    # no traffic at all: ratios are undefined (None), not 0
+    assert chart_values(CHART["padding_fraction"], [(after, after, 1.0)]) == {"padding": None}
+
+
+def test_tracker_survives_a_down_target_and_serves_json():
+    ms = MetricSet()
+    with MetricsServer(ms) as server:
+        dead = MetricsServer(MetricSet())
+        dead_url = dead.url
+        dead.close()
+        tracker = RateTracker([server.url, dead_url], timeout=2)
+        assert tracker.scrape_once() == {}  # first scrape: nothing to difference yet
+        ms.absorb(StatsDelta(images=8), rank=0)
+        point = tracker.scrape_once()
+        assert point["charts"]["images_per_second"]["images"] > 0
+        snap = tracker.snapshot()
+    status = {t["url"]: t for t in snap["targets"]}
+    assert status[server.url]["up"] and status[server.url]["scrapes"] == 2
+    assert not status[dead_url]["up"] and status[dead_url]["errors"] == 2
+    assert "Connection" in status[dead_url]["last_error"] or "refused" in status[dead_url]["last_error"]
+    images = next(c for c in snap["charts"] if c["id"] == "images_per_second")
+    assert len(images["series"]["images"]) == 1
+    json.dumps(snap, allow_nan=False)
+
+
+def test_dashboard_serves_page_assets_and_data():
+    ms = MetricSet()
+    with MetricsServer(ms) as server, Dashboard(DashboardConfig([server.url], port=0, interval=30)) as dash:
+        page = urllib.request.urlopen(dash.url, timeout=10).read().decode()
+        assert '<script src="/static/app.js">' in page and "http" not in page.split("<body", 1)[1].split("footer")[0]
+        for asset in ("app.js", "style.css"):
+            body = urllib.request.urlopen(dash.url + "static/" + asset, timeout=10).read()
+            assert len(body) > 200 and b"cdn" not in body.lower()
+        data = json.loads(urllib.request.urlopen(dash.url + "api/data", timeout=10).read())
+        assert [c["id"] for c in data["charts"]] == [c.id for c in CHARTS]
+        assert data["targets"][0]["url"] == server.url and data["interval"] == 30
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(dash.url + "static/../metrics.py", timeout=10)
+
+
+def test_cli_parses_targets_and_rejects_bad_config():
+    args = build_parser().parse_args(["dashboard", "--targets", "a:1,b:2", "--targets", "c:3", "--port", "0"])
+    from vlmdata.commands.dashboard import _targets
+    assert _targets(args.targets) == ["a:1", "b:2", "c:3"] and args.port == 0 and args.host == "127.0.0.1"
+    with pytest.raises(ValueError, match="interval"):
+        Dashboard(DashboardConfig(["a:1"], port=0, interval=0))
+    with pytest.raises(ValueError, match="no scrape targets"):
+        RateTracker([])
+
+
+def test_dashboard_command_end_to_end():
+    import subprocess
+    import sys
+
+    ms = MetricSet()
+    ms.absorb(StatsDelta(images=1), rank=0)
+    with MetricsServer(ms) as server:
+        proc = subprocess.Popen([sys.executable, "-m", "vlmdata.cli", "dashboard", "--targets", server.url,
+                                 "--port", "0", "--interval", "0.2"], stdout=subprocess.PIPE, text=True)
+        try:
+            line = proc.stdout.readline()
+            assert line.startswith("dashboard at http://127.0.0.1:"), line
+            url = line.split()[2]
+            page = urllib.request.urlopen(url, timeout=10).read().decode()
+            assert "vlmdata dashboard" in page
+            data = json.loads(urllib.request.urlopen(url + "api/data", timeout=10).read())
+            assert data["targets"][0]["url"] == server.url
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+        assert proc.returncode in (0, -15, 130)

@@ -1,0 +1,78 @@
+"""The tuner on a real DataLoader over a synthetic pipeline whose optimum is known."""
+from __future__ import annotations
+
+import multiprocessing as mp
+
+from vlmdata.tune import auto_loader_settings, format_table, tune
+from vlmdata.tune_measure import LoaderRunner, MeasurePlan
+from vlmdata.tune_synthetic import SyntheticDataset, SyntheticSpec
+from vlmdata.tune_types import LoaderSettings, TuneBudget, TuneConfig
+
+FAST = dict(measure_s=0.4, min_batches=6)
+BIG = TuneBudget(memory_bytes=1 << 40, time_s=120)
+
+
+def test_measure_counts_items_and_worker_memory():
+    spec = SyntheticSpec(item_s=0.005, alloc_mb=40, images_per_item=3, tokens_per_item=100)
+    runner = LoaderRunner(SyntheticDataset(spec))
+    m = runner.measure(LoaderSettings(2, 2), MeasurePlan(measure_s=0.3, min_batches=6))
+    assert m.error is None and m.batches >= 6
+    assert m.images == 3 * m.batches and m.tokens == 100 * m.batches
+    assert len(m.worker_pss) == 2 and all(p >= 40 << 20 for p in m.worker_pss)
+    assert m.memory_bytes >= 80 << 20
+    assert runner.calls == 1
+
+
+def test_finds_known_peak_workers():
+    spec = SyntheticSpec(item_s=0.02, knee=5, contention=2.0)
+    runner = LoaderRunner(SyntheticDataset(spec))
+    res = tune(runner=runner, budget=BIG, config=TuneConfig(cpu_count=8, **FAST))
+    assert res.settings.num_workers == 5, format_table(res)
+    space_size = 1 + 9 * 3 * 4      # what an exhaustive sweep of the 8-CPU space would run, at least
+    assert runner.calls < 0.4 * space_size
+    assert "w=5" in format_table(res).splitlines()[-2]
+
+
+def test_plateau_picks_the_knee():
+    spec = SyntheticSpec(item_s=0.02, knee=3, contention=1.0)   # flat from 3 workers on
+    res = tune(runner=LoaderRunner(SyntheticDataset(spec)), budget=BIG,
+               config=TuneConfig(cpu_count=4, plateau_tol=0.1, **FAST))
+    assert res.settings.num_workers == 3, format_table(res)
+
+
+def test_finds_decode_threads():
+    spec = SyntheticSpec(item_s=0.004, image_s=0.01, images_per_item=4, knee=2, contention=2.0)
+    res = tune(runner=LoaderRunner(SyntheticDataset(spec)), budget=BIG, config=TuneConfig(cpu_count=8, **FAST))
+    assert (res.settings.num_workers, res.settings.decode_threads) == (2, 4), format_table(res)
+
+
+def test_honours_memory_budget():
+    spec = SyntheticSpec(item_s=0.02, knee=16, contention=1.0, alloc_mb=64)   # more workers: faster
+    runner = LoaderRunner(SyntheticDataset(spec))
+    plan = MeasurePlan(measure_s=0.2, min_batches=4)
+    one, two = (runner.measure(LoaderSettings(w, 2), plan).memory_bytes for w in (1, 2))
+    budget = two + (two - one) // 2          # 2 workers fit, 3 do not
+    res = tune(runner=runner, budget=TuneBudget(memory_bytes=budget),
+               config=TuneConfig(cpu_count=6, **FAST))
+    table = format_table(res)
+    chosen = [m for m in res.measurements if m.settings == res.settings and m.error is None]
+    assert chosen and all(m.memory_bytes <= budget for m in chosen), table
+    assert res.settings.num_workers == 2, table
+    bigger = [m for m in res.measurements if m.settings.num_workers > 2]
+    assert bigger and all(m.error or m.memory_bytes > budget for m in bigger), table
+    assert "memory budget" in res.reason
+
+
+def test_auto_uses_cached_choice_without_measuring(tmp_path):
+    counter = mp.get_context("fork").Value("l", 0)
+    ds = SyntheticDataset(SyntheticSpec(item_s=0.01, knee=2, contention=2.0), counter=counter)
+    cfg = TuneConfig(cpu_count=2, **FAST)
+    cache = str(tmp_path / "tune.json")
+    first = LoaderRunner(ds)
+    s1 = auto_loader_settings(ds, BIG, config=cfg, cache_path=cache, runner=first)
+    assert first.calls >= 4 and counter.value > 0
+    made = counter.value
+    second = LoaderRunner(ds)
+    s2 = auto_loader_settings(ds, BIG, config=cfg, cache_path=cache, runner=second)
+    assert s2 == s1 and second.calls == 0 and counter.value == made
+    assert s1.num_workers == 2

@@ -1,0 +1,33 @@
+"""Shared helpers for the tuner tests (owned by the tuner's tests)."""
+from __future__ import annotations
+
+from vlmdata.tune_measure import MeasurePlan
+from vlmdata.tune_synthetic import SyntheticSpec
+from vlmdata.tune_types import LoaderSettings, Measurement
+
+
+class ModelRunner:
+    """A runner whose rates come from `SyntheticSpec.expected_rate` (no processes): fast search tests.
+
+    Per-worker memory is `mem_per_worker` bytes; `noise` is a deterministic
+    relative wobble applied per call so the search meets unequal repeats.
+    """
+
+    def __init__(self, spec: SyntheticSpec, mem_per_worker: int = 50 << 20, noise: float = 0.0):
+        self.spec = spec
+        self.mem_per_worker = mem_per_worker
+        self.noise = noise
+        self.calls = 0
+        self.seen: list[LoaderSettings] = []
+
+    def measure(self, settings: LoaderSettings, plan: MeasurePlan) -> Measurement:
+        self.calls += 1
+        self.seen.append(settings)
+        rate = self.spec.expected_rate(settings.num_workers, settings.decode_threads)
+        rate *= 1 + self.noise * (1 if self.calls % 2 else -1)
+        secs = plan.measure_s
+        n = max(plan.min_batches, int(rate * secs))
+        return Measurement(settings=settings, batches=n, images=n * self.spec.images_per_item,
+                           tokens=n * self.spec.tokens_per_item, seconds=n / rate, wall_s=n / rate + 0.5,
+                           chunk_rates={"tokens": [rate * self.spec.tokens_per_item] * 5},
+                           worker_pss=[self.mem_per_worker] * settings.num_workers)

@@ -1,0 +1,465 @@
+#!/usr/bin/env python
+"""Benchmark of the shard cache against a real S3 API with injected latency and bandwidth limits.
+
+A helper process runs moto's S3 server on 127.0.0.1 behind an asyncio TCP proxy that delays every
+HTTP request by a fixed latency and throttles the bytes it sends back (one shared link), and
+counts requests and bytes: the "object store" as the cache sees it. Three measurements:
+
+1. Remote fetches, Belady next to LRU, on the same window-shuffle trace over 3 epochs, with a
+   cache of 25 / 50 / 75 % of the dataset (target at 50 %: Belady <= 0.75x LRU). The offline
+   simulator's counts are printed next to the measured ones.
+2. With 100 ms per request: the data-wait fraction of a consumer loop (get the shard of each
+   sample, then a simulated step) with prefetch on, next to prefetch off (target < 5 %).
+3. Four reader processes on one node through `vlmdata cache-daemon`: bytes fetched from the store
+   divided by the dataset bytes (target 1.0x), next to four readers without the daemon (4x).
+
+Usage: .venv/bin/python tools/bench_cache.py [--quick] [--out /tmp/team/bench-cache.md]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import platform
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from vlmdata.cache import CacheConfig, RetryPolicy, ShardRef  # noqa: E402
+from vlmdata.cache.protocol import connect, recv_msg, send_msg  # noqa: E402
+from vlmdata.cache.tiered import ShardCache, TieredFetcher  # noqa: E402
+from vlmdata.cache.trace import simulate, window_shuffle_trace  # noqa: E402
+
+BUCKET = "bench"
+
+
+# ---------------------------------------------------------------------------------------------
+# the store: moto + latency/bandwidth proxy, in its own process, controlled over stdin/stdout
+# ---------------------------------------------------------------------------------------------
+class Proxy:
+    """TCP proxy: delays each HTTP request by `latency` s, throttles responses to `bandwidth` B/s."""
+
+    def __init__(self, target_port: int):
+        self.target_port = target_port
+        self.latency = 0.0
+        self.bandwidth = 0.0  # bytes/s, 0 = unlimited
+        self.requests = 0
+        self.gets = 0
+        self.bytes_down = 0
+        self._link_free = 0.0
+
+    async def _throttle(self, n: int) -> None:
+        if self.bandwidth <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self._link_free = max(now, self._link_free) + n / self.bandwidth
+        await asyncio.sleep(self._link_free - now)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
+
+        async def client_to_server() -> None:
+            while data := await reader.read(1 << 16):
+                if data[:4] in (b"GET ", b"HEAD", b"PUT ", b"POST", b"DELE"):
+                    self.requests += 1
+                    self.gets += data.startswith(b"GET ")
+                    if self.latency:
+                        await asyncio.sleep(self.latency)
+                up_w.write(data)
+                await up_w.drain()
+
+        async def server_to_client() -> None:
+            while data := await up_r.read(1 << 16):
+                self.bytes_down += len(data)
+                await self._throttle(len(data))
+                writer.write(data)
+                await writer.drain()
+
+        tasks = [asyncio.ensure_future(client_to_server()), asyncio.ensure_future(server_to_client())]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            for t in tasks:
+                t.cancel()
+            for w in (writer, up_w):
+                w.close()
+
+
+def serve_store() -> None:
+    """Entry of the store process: prints {"moto": port, "proxy": port}, then answers stdin commands."""
+    from moto.server import ThreadedMotoServer
+
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto.start()
+    _, moto_port = moto.get_host_and_port()
+    proxy = Proxy(moto_port)
+
+    async def main() -> None:
+        server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        print(json.dumps({"moto": moto_port, "proxy": port}), flush=True)
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+
+        def commands() -> None:
+            for line in sys.stdin:
+                parts = line.split()
+                if not parts:
+                    continue
+                if parts[0] == "set":  # set LATENCY_S BANDWIDTH_BPS
+                    proxy.latency, proxy.bandwidth = float(parts[1]), float(parts[2])
+                elif parts[0] == "reset":
+                    proxy.requests = proxy.gets = proxy.bytes_down = 0
+                print(json.dumps({"requests": proxy.requests, "gets": proxy.gets, "bytes_down": proxy.bytes_down}),
+                      flush=True)
+            loop.call_soon_threadsafe(done.set)
+
+        threading.Thread(target=commands, daemon=True).start()
+        await done.wait()
+        server.close()
+
+    asyncio.run(main())
+    moto.stop()
+
+
+class Store:
+    """Client side of the store process."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve-store"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=REPO)
+        ports = json.loads(self.proc.stdout.readline())
+        self.moto_port, self.proxy_port = ports["moto"], ports["proxy"]
+
+    def _cmd(self, line: str) -> dict:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def set(self, latency: float, bandwidth: float) -> None:
+        self._cmd(f"set {latency} {bandwidth}")
+
+    def reset(self) -> dict:
+        return self._cmd("reset")
+
+    def stats(self) -> dict:
+        return self._cmd("stats")
+
+    def options(self, direct: bool = False) -> dict:
+        port = self.moto_port if direct else self.proxy_port
+        return {"endpoint_url": f"http://127.0.0.1:{port}", "key": "bench", "secret": "bench", "anon": False,
+                "client_kwargs": {"region_name": "us-west-2"}, "skip_instance_cache": True}
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+def upload(store: Store, prefix: str, n: int, size: int, seed: int) -> list[ShardRef]:
+    """n equal-size objects of random bytes, written straight to moto (not through the proxy)."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**store.options(direct=True))
+    if not fs.exists(BUCKET):
+        fs.mkdir(BUCKET)
+    rng = random.Random(seed)
+    refs = []
+    for i in range(n):
+        data = rng.randbytes(size)
+        url = f"s3://{BUCKET}/{prefix}/shard-{i:05d}.tar"
+        fs.pipe_file(url[len("s3://"):], data)
+        refs.append(ShardRef(url=url, size=size, crc32=zlib.crc32(data) & 0xFFFFFFFF, key=f"{prefix}/{i:05d}"))
+    return refs
+
+
+RETRY = RetryPolicy(attempts=4, base_delay=0.05, max_delay=0.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Belady vs LRU
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Sizes:
+    policy_shards: int = 200
+    policy_shard_bytes: int = 16 << 10
+    policy_window: int = 8
+    prefetch_shards: int = 40
+    prefetch_shard_bytes: int = 1 << 20
+    prefetch_epochs: int = 2
+    reads_per_shard: int = 8
+    step_seconds: float = 0.012
+    daemon_shards: int = 24
+    daemon_shard_bytes: int = 1 << 20
+    readers: int = 4
+
+
+def bench_policy(store: Store, sz: Sizes) -> list[dict]:
+    store.set(0.002, 0)
+    refs = upload(store, "policy", sz.policy_shards, sz.policy_shard_bytes, seed=1)
+    trace = window_shuffle_trace(sz.policy_shards, sz.policy_window, epochs=3, seed=0, reads_per_shard=1)
+    seq = [refs[i] for i in trace]
+    rows = []
+    for frac in (0.25, 0.50, 0.75):
+        cap = int(sz.policy_shards * frac)
+        row = {"cache": f"{int(frac * 100)}%", "capacity_shards": cap, "accesses": len(seq)}
+        for policy in ("belady", "lru"):
+            cfg = CacheConfig(memory_bytes=cap * sz.policy_shard_bytes, policy=policy, prefetch_bytes=0,
+                              storage_options=store.options(), retry=RETRY)
+            fetcher = TieredFetcher(ShardCache(cfg))
+            store.reset()
+            fetcher.plan_ahead(seq)
+            for r in seq:
+                fetcher.get(r)
+            st = store.stats()
+            row[policy] = fetcher.stats()["remote_fetches"]
+            row[f"{policy}_store_gets"] = st["gets"]
+            row[f"{policy}_sim"] = simulate(trace, cap, policy)
+            fetcher.close()
+        row["ratio"] = row["belady"] / row["lru"]
+        rows.append(row)
+        print(f"  cache {row['cache']}: belady {row['belady']} (sim {row['belady_sim']}), lru {row['lru']} "
+              f"(sim {row['lru_sim']}), ratio {row['ratio']:.3f}", flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. prefetch and data wait
+# ---------------------------------------------------------------------------------------------
+def consume(fetcher, seq: list[ShardRef], reads_per_shard: int, step_seconds: float, seed: int) -> dict:
+    """A training loop: each step reads one sample (its shard via the fetcher), then computes."""
+    rng = random.Random(seed)
+    wait = 0.0
+    t0 = time.perf_counter()
+    steps = 0
+    fetcher.plan_ahead(seq)
+    for ref in seq:
+        for _ in range(reads_per_shard):
+            a = time.perf_counter()
+            data = fetcher.get(ref)
+            wait += time.perf_counter() - a
+            _ = data[rng.randrange(len(data))]  # touch the bytes
+            time.sleep(step_seconds)  # the simulated training step (GPU compute)
+            steps += 1
+    total = time.perf_counter() - t0
+    return {"steps": steps, "seconds": total, "wait_seconds": wait, "wait_fraction": wait / total}
+
+
+def bench_prefetch(store: Store, sz: Sizes, tmp: Path) -> dict:
+    refs = upload(store, "prefetch", sz.prefetch_shards, sz.prefetch_shard_bytes, seed=2)
+    store.set(0.100, 200e6)
+    trace = window_shuffle_trace(sz.prefetch_shards, 4, epochs=sz.prefetch_epochs, seed=3, reads_per_shard=1)
+    seq = [refs[i] for i in trace]
+    out = {"latency_s": 0.100, "bandwidth_Bps": 200e6, "shards": sz.prefetch_shards,
+           "shard_bytes": sz.prefetch_shard_bytes, "epochs": sz.prefetch_epochs, "step_seconds": sz.step_seconds}
+    for name, prefetch in (("prefetch_off", 0), ("prefetch_on", 12 * sz.prefetch_shard_bytes)):
+        d = tmp / f"ssd-{name}"
+        cfg = CacheConfig(memory_bytes=8 * sz.prefetch_shard_bytes, disk_dir=str(d),
+                          disk_bytes=16 * sz.prefetch_shard_bytes, prefetch_bytes=prefetch, prefetch_threads=4,
+                          storage_options=store.options(), retry=RETRY)
+        fetcher = TieredFetcher(ShardCache(cfg, disk_dir=str(d)))
+        store.reset()
+        res = consume(fetcher, seq, sz.reads_per_shard, sz.step_seconds, seed=4)
+        res["cache"] = fetcher.stats()
+        res["store_gets"] = store.stats()["gets"]
+        fetcher.close()
+        out[name] = res
+        print(f"  {name}: data-wait {100 * res['wait_fraction']:.1f}% of {res['seconds']:.1f}s "
+              f"({res['steps']} steps, {res['store_gets']} store GETs)", flush=True)
+    store.set(0, 0)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. four readers on one node
+# ---------------------------------------------------------------------------------------------
+def reader_process(cfg: CacheConfig, refs: list[ShardRef], seed: int, out: mp.Queue) -> None:
+    fetcher = cfg.open()
+    trace = window_shuffle_trace(len(refs), 4, epochs=1, seed=seed, reads_per_shard=1)
+    seq = [refs[i] for i in trace]
+    fetcher.plan_ahead(seq)
+    nbytes, bad = 0, 0
+    for r in seq:
+        data = fetcher.get(r)
+        nbytes += len(data)
+        bad += (zlib.crc32(data) & 0xFFFFFFFF) != r.crc32
+    stats = fetcher.stats()
+    fetcher.close()
+    out.put({"seed": seed, "bytes_read": nbytes, "bad": bad, "stats": stats})
+
+
+def run_readers(cfg: CacheConfig, refs: list[ShardRef], n: int) -> list[dict]:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=reader_process, args=(cfg, refs, 100 + i, q)) for i in range(n)]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join(60)
+    return results
+
+
+def bench_daemon(store: Store, sz: Sizes, tmp: Path) -> dict:
+    refs = upload(store, "daemon", sz.daemon_shards, sz.daemon_shard_bytes, seed=5)
+    dataset_bytes = sum(r.size for r in refs)
+    store.set(0.020, 400e6)
+    out = {"readers": sz.readers, "dataset_bytes": dataset_bytes}
+    # baseline: each reader process with its own cache
+    cfg = CacheConfig(memory_bytes=64 << 20, prefetch_bytes=8 * sz.daemon_shard_bytes,
+                      storage_options=store.options(), retry=RETRY)
+    store.reset()
+    res = run_readers(cfg, refs, sz.readers)
+    st = store.stats()
+    out["no_daemon"] = {"store_bytes": st["bytes_down"], "store_gets": st["gets"],
+                        "bytes_read": sum(r["bytes_read"] for r in res), "bad": sum(r["bad"] for r in res),
+                        "ratio": st["bytes_down"] / dataset_bytes}
+    # through the daemon
+    sockdir = Path(tempfile.mkdtemp(prefix="vlmd-", dir="/tmp"))
+    sock = sockdir / "d.sock"
+    so = json.dumps(store.options())
+    daemon = subprocess.Popen([sys.executable, "-m", "vlmdata.cli", "cache-daemon", "--cache-dir", str(tmp / "node-ssd"),
+                               "--disk-bytes", str(4 * dataset_bytes), "--socket", str(sock),
+                               "--prefetch-bytes", str(8 * sz.daemon_shard_bytes), "--storage-options", so],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert "ready" in daemon.stdout.readline()
+        cfg = CacheConfig(memory_bytes=0, prefetch_bytes=0, daemon=str(sock), storage_options=store.options(),
+                          retry=RETRY)
+        store.reset()
+        res = run_readers(cfg, refs, sz.readers)
+        st = store.stats()
+        s = connect(str(sock), timeout=10)
+        send_msg(s, {"op": "stats"})
+        dstats = recv_msg(s)["stats"]
+        s.close()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(60)
+        shutil.rmtree(sockdir, ignore_errors=True)
+    out["daemon"] = {"store_bytes": st["bytes_down"], "store_gets": st["gets"],
+                     "bytes_read": sum(r["bytes_read"] for r in res), "bad": sum(r["bad"] for r in res),
+                     "daemon_gets": sum(r["stats"]["daemon_gets"] for r in res),
+                     "fallback_gets": sum(r["stats"]["fallback_gets"] for r in res),
+                     "daemon_remote_bytes": dstats["remote_bytes"],
+                     "ratio": st["bytes_down"] / dataset_bytes, "payload_ratio": dstats["remote_bytes"] / dataset_bytes}
+    for k in ("no_daemon", "daemon"):
+        r = out[k]
+        print(f"  {k}: store sent {r['store_bytes'] / 1e6:.1f} MB for {r['bytes_read'] / 1e6:.1f} MB read by "
+              f"{sz.readers} readers = {r['ratio']:.3f}x the dataset ({r['store_gets']} GETs, bad {r['bad']})",
+              flush=True)
+    store.set(0, 0)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+def machine() -> dict:
+    import fsspec
+    import moto
+    import s3fs
+
+    cpu = "unknown"
+    if os.path.exists("/proc/cpuinfo"):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "moto": moto.__version__,
+            "s3fs": s3fs.__version__, "fsspec": fsspec.__version__, "platform": platform.platform()}
+
+
+def report(m: dict, policy: list[dict], pre: dict, dmn: dict, cmd: str, seconds: float) -> str:
+    at50 = next(r for r in policy if r["cache"] == "50%")
+    lines = [
+        "# Cache benchmark (tools/bench_cache.py)", "",
+        f"Command: `{cmd}` ({seconds:.0f} s)  ",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['platform']}  ",
+        f"Versions: Python {m['python']}, moto {m['moto']}, s3fs {m['s3fs']}, fsspec {m['fsspec']}  ",
+        "Store: moto S3 server on 127.0.0.1 behind an asyncio proxy injecting per-request latency and a shared "
+        "bandwidth limit (counts GETs and bytes sent).", "",
+        "## 1. Remote fetches, Belady vs LRU (window shuffle, 3 epochs; baseline LRU in the same run)", "",
+        "| cache size | Belady fetches (sim) | LRU fetches (sim) | Belady / LRU |", "|---|---|---|---|",
+    ]
+    for r in policy:
+        lines.append(f"| {r['cache']} ({r['capacity_shards']} of {r['capacity_shards'] * 100 // int(r['cache'][:-1])}"
+                     f" shards) | {r['belady']} ({r['belady_sim']}) | {r['lru']} ({r['lru_sim']}) | {r['ratio']:.3f} |")
+    lines += ["", f"Target at 50 %: Belady <= 0.75x LRU -> **{at50['ratio']:.3f}x, "
+              f"{'met' if at50['ratio'] <= 0.75 else 'NOT met'}**.", "",
+              "## 2. Data-wait fraction with 100 ms per request (baseline: prefetch off, same run)", "",
+              f"{pre['shards']} shards x {pre['shard_bytes'] >> 20} MiB, {pre['epochs']} epochs, window shuffle, "
+              f"{pre['step_seconds'] * 1000:.0f} ms simulated step per sample, 200 MB/s link.", "",
+              "| | data-wait fraction | wall s | store GETs |", "|---|---|---|---|"]
+    for k in ("prefetch_off", "prefetch_on"):
+        r = pre[k]
+        lines.append(f"| {k.replace('_', ' ')} | {100 * r['wait_fraction']:.1f} % | {r['seconds']:.1f} | {r['store_gets']} |")
+    on = pre["prefetch_on"]["wait_fraction"]
+    lines += ["", f"Target < 5 % with prefetch on -> **{100 * on:.1f} %, {'met' if on < 0.05 else 'NOT met'}** "
+              f"(prefetch off: {100 * pre['prefetch_off']['wait_fraction']:.1f} %).", "",
+              f"## 3. {dmn['readers']} reader processes on one node (baseline: no daemon, same run)", "",
+              "| | store bytes / dataset bytes | store GETs | bytes read by readers | corrupt reads |",
+              "|---|---|---|---|---|"]
+    for k in ("no_daemon", "daemon"):
+        r = dmn[k]
+        lines.append(f"| {k.replace('_', ' ')} | {r['ratio']:.3f}x | {r['store_gets']} | {r['bytes_read']} | {r['bad']} |")
+    d = dmn["daemon"]
+    lines += ["", f"Target 1.0x through the daemon -> **{d['ratio']:.3f}x on the wire (HTTP headers included), "
+              f"{d['payload_ratio']:.3f}x payload**, {d['daemon_gets']} gets via the daemon, "
+              f"{d['fallback_gets']} fallback gets.", ""]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--serve-store", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
+    ap.add_argument("--out", default="/tmp/team/bench-cache.md")
+    args = ap.parse_args()
+    if args.serve_store:
+        serve_store()
+        return 0
+    sz = Sizes()
+    if args.quick:
+        sz = Sizes(policy_shards=60, prefetch_shards=12, prefetch_epochs=1, daemon_shards=8, reads_per_shard=4)
+    m = machine()
+    print(f"machine: {m}", flush=True)
+    t0 = time.time()
+    store = Store()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-cache-"))
+    try:
+        print("1. Belady vs LRU", flush=True)
+        policy = bench_policy(store, sz)
+        print("2. prefetch and data wait (100 ms per request)", flush=True)
+        pre = bench_prefetch(store, sz, tmp)
+        print(f"3. {sz.readers} readers through the daemon", flush=True)
+        dmn = bench_daemon(store, sz, tmp)
+    finally:
+        store.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    cmd = "python tools/bench_cache.py" + (" --quick" if args.quick else "")
+    text = report(m, policy, pre, dmn, cmd, time.time() - t0)
+    print("\n" + text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+        print(f"written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+#!/usr/bin/env python
+"""Benchmark the loader auto-tuner against an exhaustive sweep of the same space, in one run.
+
+Real pipeline (default): a gen_raw corpus is sharded with `shard_dataset`, opened
+as a `VLMDataset`, and every setting of the tuner's search space for this
+machine is measured (the baseline); then the tuner runs. Reported: the
+tuner's pick versus the sweep's best (throughput, from the sweep's own table
+and from an interleaved re-measurement of both), and the tuner's time versus
+the sweep's. Targets: pick within 5 % of the best, in at most 40 % of the time.
+
+`--synthetic N` adds the same comparison on the synthetic pipeline with a
+known optimum, searched as if the machine had N CPUs (its costs are sleeps,
+so the 2-core box can stand in for a larger one).
+
+    .venv/bin/python tools/bench_tune.py [--samples 600] [--synthetic 16] [--out /tmp/team/bench-tune.md]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import torch
+
+from vlmdata.tune import format_table, tune
+from vlmdata.tune_cache import cpu_model, total_memory, usable_cpus
+from vlmdata.tune_measure import LoaderRunner, MeasurePlan
+from vlmdata.tune_search import make_space
+from vlmdata.tune_synthetic import SyntheticDataset, SyntheticSpec
+from vlmdata.tune_types import LoaderSettings, Measurement, TuneBudget, TuneConfig
+
+GEN_RAW = "/work/shared/bench/gen_raw.py"
+
+
+@dataclass
+class Comparison:
+    name: str
+    cpus: int
+    objective: str
+    sweep: list[Measurement]
+    sweep_s: float
+    tuned: object           # TuneResult
+    tune_s: float
+    verify: dict            # label -> mean rate from interleaved re-measurement
+
+    def sweep_rate(self, s: LoaderSettings) -> float | None:
+        rates = [m.rate(self.objective) for m in self.sweep if m.settings == s and m.error is None]
+        return sum(rates) / len(rates) if rates else None
+
+    def best(self) -> Measurement:
+        return max((m for m in self.sweep if m.error is None), key=lambda m: m.rate(self.objective))
+
+    def lines(self) -> list[str]:
+        best = self.best()
+        pick = self.tuned.settings
+        pr = self.sweep_rate(pick)
+        out = [f"### {self.name} ({self.cpus} CPUs, objective {self.objective}/s)", "",
+               f"- exhaustive sweep: {len(self.sweep)} settings in {self.sweep_s:.1f} s; best "
+               f"{best.settings.label()} = {best.rate(self.objective):.1f}/s",
+               f"- tuner: {len(self.tuned.measurements)} runs in {self.tune_s:.1f} s; pick {pick.label()}",
+               f"- time ratio tuner/sweep: **{self.tune_s / self.sweep_s:.1%}** (target <= 40 %)"]
+        if pr is not None:
+            out.append(f"- pick's rate in the sweep table / sweep best: **{pr / best.rate(self.objective):.1%}**"
+                       " (target >= 95 %)")
+        if len(self.verify) == 2:
+            (la, a), (lb, b) = self.verify.items()
+            out.append(f"- interleaved re-measurement, pick / sweep best: **{b / a:.1%}** "
+                       f"({lb}: {b:.1f}/s vs {la}: {a:.1f}/s)")
+        elif self.verify:
+            out.append("- the tuner picked the sweep's best setting")
+        return out
+
+
+def machine_lines() -> list[str]:
+    import numpy
+    import PIL
+    return [f"- machine: {cpu_model()}, {os.cpu_count()} CPUs ({usable_cpus()} usable), "
+            f"{total_memory() / 2**30:.0f} GiB RAM, load average {os.getloadavg()[0]:.1f}",
+            f"- python {platform.python_version()}, torch {torch.__version__}, numpy {numpy.__version__}, "
+            f"PIL {PIL.__version__}"]
+
+
+def sweep(runner, settings: list[LoaderSettings], plan: MeasurePlan) -> tuple[list[Measurement], float]:
+    t0 = time.perf_counter()
+    out = []
+    for s in settings:
+        m = runner.measure(s, plan)
+        m.phase = "sweep"
+        out.append(m)
+        rate = "failed" if m.error else f"{m.rate(plan.objective):9.1f}/s"
+        print(f"  sweep {s.label():<26} {rate}  mem {m.memory_bytes / 2**20:6.0f} MiB", flush=True)
+    return out, time.perf_counter() - t0
+
+
+def verify(runner, a: LoaderSettings, b: LoaderSettings, plan: MeasurePlan, rounds: int) -> dict:
+    """Mean rate of `a` and `b`, measured alternately `rounds` times each."""
+    if a == b:
+        return {a.label(): 0.0}
+    rates: dict[str, list[float]] = {a.label(): [], b.label(): []}
+    for _ in range(rounds):
+        for s in (a, b):
+            m = runner.measure(s, plan)
+            if m.error is None:
+                rates[s.label()].append(m.rate(plan.objective))
+    return {k: sum(v) / max(1, len(v)) for k, v in rates.items()}
+
+
+def compare(name: str, runner_factory, cfg: TuneConfig, budget: TuneBudget, rounds: int) -> Comparison:
+    cpus = cfg.cpu_count or usable_cpus()
+    space = make_space(cpus, cfg, pin_available=torch.cuda.is_available())
+    settings = space.all_settings()
+    print(f"\n== {name}: sweeping {len(settings)} settings on {cpus} CPUs", flush=True)
+    warm = runner_factory()
+    objective = cfg.objective or "tokens"
+    plan = MeasurePlan(objective=objective, warmup_batches=cfg.warmup_batches, measure_s=cfg.measure_s,
+                       min_batches=cfg.min_batches)
+    warm.measure(LoaderSettings(min(2, space.max_workers), 2), plan)   # page cache, imports: not counted
+    table, sweep_s = sweep(runner_factory(), settings, plan)
+    print(f"== {name}: tuning", flush=True)
+    t0 = time.perf_counter()
+    result = tune(runner=runner_factory(), budget=budget, config=cfg)
+    tune_s = time.perf_counter() - t0
+    print(format_table(result), flush=True)
+    cmp = Comparison(name, cpus, result.objective, table, sweep_s, result, tune_s, {})
+    cmp.verify = verify(runner_factory(), cmp.best().settings, result.settings, plan, rounds)
+    return cmp
+
+
+def build_real_dataset(args, workdir: str):
+    from vlmdata import VLMDataset
+    from vlmdata.ingest import ShardConfig, shard_dataset
+
+    root = args.data
+    if root is None:
+        raw = os.path.join(workdir, "raw")
+        root = os.path.join(workdir, "ds")
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, GEN_RAW, raw, "--samples", str(args.samples), "--seed", str(args.seed)],
+                       check=True, stdout=subprocess.DEVNULL)
+        shard_dataset(ShardConfig(inputs=[os.path.join(raw, "data.jsonl")], output=root,
+                                  max_samples_per_shard=max(50, args.samples // 8), workers=1))
+        print(f"corpus: {args.samples} samples generated and sharded in {time.perf_counter() - t0:.1f} s")
+    return VLMDataset(root, seed=0, max_tokens=args.max_tokens, image_size=args.image_size,
+                      decoder=args.decoder, rank=0, world_size=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--samples", type=int, default=600)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", default=None, help="an existing dataset directory (skips generation)")
+    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--decoder", default="pillow")
+    p.add_argument("--measure-s", type=float, default=1.5)
+    p.add_argument("--rounds", type=int, default=3, help="interleaved re-measurements of pick vs best")
+    p.add_argument("--no-real", action="store_true", help="skip the real pipeline")
+    p.add_argument("--synthetic", type=int, default=0, metavar="CPUS",
+                   help="also compare on the synthetic pipeline searched for CPUS CPUs (e.g. 16)")
+    p.add_argument("--out", default="/tmp/team/bench-tune.md")
+    args = p.parse_args(argv)
+
+    head = machine_lines()
+    print("\n".join(head))
+    results: list[Comparison] = []
+    with tempfile.TemporaryDirectory(prefix="bench-tune-") as tmp:
+        if not args.no_real:
+            ds = build_real_dataset(args, tmp)
+            cfg = TuneConfig(measure_s=args.measure_s, min_batches=4)
+            results.append(compare(f"real pipeline (VLMDataset, {args.decoder}, max_tokens {args.max_tokens}, "
+                                   f"image {args.image_size})", lambda: LoaderRunner(ds), cfg,
+                                   TuneBudget(time_s=600), args.rounds))
+        if args.synthetic:
+            spec = SyntheticSpec(item_s=0.02, image_s=0.004, images_per_item=4,
+                                 knee=max(2, args.synthetic * 2 // 3), contention=2.0)
+            cfg = TuneConfig(measure_s=0.4, min_batches=6, cpu_count=args.synthetic)
+            results.append(compare(f"synthetic pipeline (known optimum {spec.knee} workers)",
+                                   lambda: LoaderRunner(SyntheticDataset(spec)), cfg,
+                                   TuneBudget(memory_bytes=1 << 40, time_s=600), args.rounds))
+    cmd = "python tools/bench_tune.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    md = ["# Loader auto-tuner benchmark", "", f"Command: `{cmd.strip()}`", ""] + head + [""]
+    for r in results:
+        md += r.lines() + [""]
+    text = "\n".join(md)
+    print("\n" + text)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""Plain cache counters, optionally mirrored into a MetricSet.
+
+DataLoader workers keep plain counters (`CacheStats.to_dict()`); only a process that owns a
+registry (the cache daemon, or a single-process loader) passes a MetricSet to mirror into.
+"""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from vlmdata.metrics import MetricSet
+
+
+class CacheStats:
+    """Hits and misses per tier, remote fetches and bytes, evictions, prefetch activity."""
+
+    def __init__(self, metrics: MetricSet | None = None):
+        self.metrics = metrics
+        self._lock = threading.Lock()
+        self.hits: Counter = Counter()        # tier -> demand gets served by that tier
+        self.misses: Counter = Counter()      # tier -> demand gets that tier could not serve
+        self.evictions: Counter = Counter()   # tier -> entries evicted
+        self.bytes_served: Counter = Counter()  # tier -> bytes handed to readers
+        self.remote_fetches = 0               # objects fetched from the store (demand + prefetch)
+        self.remote_bytes = 0
+        self.prefetch_fetches = 0
+        self.joined = 0                       # gets that waited on a fetch already in flight
+        self.corrupt_discarded = 0            # SSD entries that failed verification
+        self.fetch_errors = 0
+        self.inflight = 0
+        self.prefetch_lead = 0
+
+    def hit(self, tier: str, nbytes: int) -> None:
+        with self._lock:
+            self.hits[tier] += 1
+            self.bytes_served[tier] += nbytes
+        if self.metrics:
+            self.metrics.cache_hits.labels(tier=tier).inc()
+            self.metrics.fetch_bytes.labels(tier=tier).inc(nbytes)
+
+    def miss(self, tier: str) -> None:
+        with self._lock:
+            self.misses[tier] += 1
+        if self.metrics:
+            self.metrics.cache_misses.labels(tier=tier).inc()
+
+    def evicted(self, tier: str, n: int = 1) -> None:
+        with self._lock:
+            self.evictions[tier] += n
+        if self.metrics:
+            self.metrics.evictions.labels(tier=tier).inc(n)
+
+    def fetched(self, nbytes: int, prefetch: bool) -> None:
+        with self._lock:
+            self.remote_fetches += 1
+            self.remote_bytes += nbytes
+            self.prefetch_fetches += int(prefetch)
+        if self.metrics and prefetch:  # demand fetches are counted by hit("remote")
+            self.metrics.fetch_bytes.labels(tier="remote").inc(nbytes)
+
+    def count(self, field: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self, field, getattr(self, field) + n)
+
+    def set_inflight(self, delta: int) -> None:
+        with self._lock:
+            self.inflight += delta
+            value = self.inflight
+        if self.metrics:
+            self.metrics.inflight.set(value)
+
+    def set_lead(self, lead: int) -> None:
+        self.prefetch_lead = lead
+        if self.metrics:
+            self.metrics.prefetch_lead.set(lead)
+
+    def set_bytes(self, tier: str, nbytes: int) -> None:
+        if self.metrics:
+            self.metrics.cache_bytes.labels(tier=tier).set(nbytes)
+
+    def to_dict(self) -> dict:
+        with self._lock:
+            return {"hits": dict(self.hits), "misses": dict(self.misses), "evictions": dict(self.evictions),
+                    "bytes_served": dict(self.bytes_served), "remote_fetches": self.remote_fetches,
+                    "remote_bytes": self.remote_bytes, "prefetch_fetches": self.prefetch_fetches,
+                    "joined": self.joined, "corrupt_discarded": self.corrupt_discarded,
+                    "fetch_errors": self.fetch_errors, "inflight": self.inflight,
+                    "prefetch_lead": self.prefetch_lead}

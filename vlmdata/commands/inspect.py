@@ -1,0 +1,26 @@
+"""`vlmdata inspect`: counts, histograms, skipped samples and a few samples of a dataset."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from vlmdata.ingest.inspect import inspect_dataset
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("inspect", help="print counts, histograms, skipped samples and example samples")
+    p.add_argument("dataset", help="dataset directory (local path or fsspec URL)")
+    p.add_argument("--samples", type=int, default=3, help="how many samples to render (default 3)")
+    p.add_argument("--storage-options", default=None, help="fsspec storage options as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        so = json.loads(args.storage_options) if args.storage_options else {}
+        print(inspect_dataset(args.dataset, so, samples=args.samples))
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0

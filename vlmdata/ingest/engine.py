@@ -1,0 +1,65 @@
+"""Sharding engines: run `run_job` over a stream of job specs with bounded jobs in flight.
+
+"local" uses a process pool (spawn context: safe with fsspec/s3fs threads in
+the parent), "ray" runs the very same function as Ray tasks, and workers=0
+runs jobs inline (debugging, tiny inputs). Results are handed to `on_done`
+in completion order; the caller orders them by job number.
+"""
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
+
+from vlmdata.ingest.job import JobOptions, JobSpec, run_job
+
+ENGINES = ("local", "ray")
+
+
+def run_local(specs: Iterator[JobSpec], opts: JobOptions, workers: int, on_done: Callable[[dict], None]) -> None:
+    """Process pool; at most 2 * workers jobs submitted at a time (bounds memory)."""
+    if workers <= 0:
+        for spec in specs:
+            on_done(run_job(spec, opts))
+        return
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        pending = set()
+        for spec in specs:
+            pending.add(pool.submit(run_job, spec, opts))
+            if len(pending) >= 2 * workers:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    on_done(fut.result())
+        for fut in as_completed(pending):
+            on_done(fut.result())
+
+
+def run_ray(specs: Iterator[JobSpec], opts: JobOptions, workers: int, on_done: Callable[[dict], None]) -> None:
+    """Ray tasks (connects to RAY_ADDRESS or starts a local instance if none is running)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=workers or None, include_dashboard=False, log_to_driver=False)
+    remote = ray.remote(run_job)
+    opts_ref = ray.put(opts)
+    limit = 2 * max(1, workers or int(ray.available_resources().get("CPU", 1)))
+    pending: list = []
+    for spec in specs:
+        pending.append(remote.remote(spec, opts_ref))
+        if len(pending) >= limit:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                on_done(ray.get(ref))
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        for ref in done:
+            on_done(ray.get(ref))
+
+
+def run_jobs(engine: str, specs: Iterator[JobSpec], opts: JobOptions, workers: int,
+             on_done: Callable[[dict], None]) -> None:
+    if engine == "ray":
+        run_ray(specs, opts, workers, on_done)
+    else:
+        run_local(specs, opts, workers, on_done)

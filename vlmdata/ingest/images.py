@@ -1,0 +1,195 @@
+"""Image validation from bytes: type sniffing, header sizes, truncation, and optional re-encode.
+
+Sizes come from the file header (JPEG SOF, PNG IHDR, GIF/WebP/BMP headers),
+never from a decode. Truncation is caught by cheap end-of-stream checks:
+a JPEG must end with its EOI marker (FFD9; entropy-coded data never
+contains FFD9 because of byte stuffing), a PNG with its IEND chunk, a GIF
+with its trailer, WebP/BMP must be as long as their header says.
+"""
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+
+from vlmdata.formats.sample import EncodedImage
+
+DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's DecompressionBombWarning threshold
+_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+_NO_LENGTH = {0x01, 0xD0, 0xD1, 0xD2, 0xD3, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8}
+
+
+class ImageProblem(ValueError):
+    """An image that must be skipped; `reason` is the stats key."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+
+
+def sniff(data: bytes) -> str | None:
+    """The image type from magic bytes ("jpg", "png", "gif", "webp", "bmp", "tiff") or None."""
+    if data[:3] == b"\xff\xd8\xff":
+        return "jpg"
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return "png"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    if data[:2] == b"BM":
+        return "bmp"
+    if data[:4] in (b"II*\x00", b"MM\x00*"):
+        return "tiff"
+    return None
+
+
+def jpeg_size(data) -> tuple[int, int] | None:
+    """(width, height) from the first SOF marker, or None if it is not in `data`."""
+    n = len(data)
+    pos = 2
+    while pos + 4 <= n:
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in _NO_LENGTH:
+            pos += 2
+            continue
+        if marker in (0xD9, 0xDA):  # end of image / start of scan before any frame header
+            return None
+        length = (data[pos + 2] << 8) | data[pos + 3]
+        if marker in _SOF:
+            if pos + 9 > n:
+                return None
+            height, width = struct.unpack(">HH", bytes(data[pos + 5:pos + 9]))
+            return width, height
+        pos += 2 + length
+    return None
+
+
+def header_size(kind: str, data) -> tuple[int, int] | None:
+    """(width, height) read from the header of an image of type `kind`; None if unreadable."""
+    try:
+        if kind == "jpg":
+            return jpeg_size(data)
+        if kind == "png":
+            if bytes(data[12:16]) != b"IHDR":
+                return None
+            return struct.unpack(">II", bytes(data[16:24]))
+        if kind == "gif":
+            return struct.unpack("<HH", bytes(data[6:10]))
+        if kind == "webp":
+            return _webp_size(bytes(data[:30]))
+        if kind == "bmp":
+            w, h = struct.unpack("<ii", bytes(data[18:26]))
+            return abs(w), abs(h)
+    except struct.error:
+        return None
+    return _pil_size(data)
+
+
+def _webp_size(head: bytes) -> tuple[int, int] | None:
+    chunk = head[12:16]
+    if chunk == b"VP8 " and head[23:26] == b"\x9d\x01\x2a":
+        w, h = struct.unpack("<HH", head[26:30])
+        return w & 0x3FFF, h & 0x3FFF
+    if chunk == b"VP8L" and head[20] == 0x2F:
+        bits = int.from_bytes(head[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8X":
+        return int.from_bytes(head[24:27], "little") + 1, int.from_bytes(head[27:30], "little") + 1
+    return None
+
+
+def _pil_size(data) -> tuple[int, int] | None:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(bytes(data))) as im:
+            return im.size
+    except (UnidentifiedImageError, OSError, ValueError):
+        return None
+
+
+def is_complete(kind: str, data: bytes) -> bool:
+    """Cheap end-of-stream check (see module docstring)."""
+    if kind == "jpg":
+        return data.rfind(b"\xff\xd9", max(0, len(data) - 4096)) >= 0
+    if kind == "png":
+        return data.rfind(b"IEND", max(0, len(data) - 64)) >= 0
+    if kind == "gif":
+        return data.rstrip(b"\x00").endswith(b";")
+    if kind == "webp":
+        return struct.unpack("<I", data[4:8])[0] + 8 <= len(data)
+    if kind == "bmp":
+        return struct.unpack("<I", data[2:6])[0] <= len(data)
+    return True
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    """What to do with each image: limits and optional re-encode."""
+
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    resize_max_side: int | None = None
+    quality: int | None = None
+
+
+def check_image(data: bytes, max_pixels: int) -> tuple[str, int, int]:
+    """Validate encoded bytes; returns (kind, width, height) or raises ImageProblem."""
+    if not data:
+        raise ImageProblem("empty_file", "zero-byte file")
+    kind = sniff(data)
+    if kind is None:
+        raise ImageProblem("not_an_image", f"unknown magic bytes {data[:8]!r}")
+    size = header_size(kind, data)
+    if size is None or size[0] <= 0 or size[1] <= 0:
+        raise ImageProblem("bad_image_header", f"{kind} header gives no size")
+    if size[0] * size[1] > max_pixels:
+        raise ImageProblem("decompression_bomb", f"{size[0]}x{size[1]} pixels > limit {max_pixels}")
+    if not is_complete(kind, data):
+        raise ImageProblem("truncated_image", f"{kind} of {len(data)} bytes has no end marker")
+    return kind, size[0], size[1]
+
+
+def prepare_image(data: bytes, opts: ImageOptions) -> EncodedImage:
+    """Validate, then keep the original bytes or re-encode as asked."""
+    kind, w, h = check_image(data, opts.max_pixels)
+    needs_resize = opts.resize_max_side is not None and max(w, h) > opts.resize_max_side
+    if not needs_resize and opts.quality is None:
+        return EncodedImage(data=data, ext=kind, width=w, height=h)
+    if needs_resize:
+        scale = opts.resize_max_side / max(w, h)
+        target = (max(1, round(w * scale)), max(1, round(h * scale)))
+    else:
+        target = (w, h)
+    try:
+        out, size = reencode_jpeg(data, target, opts.quality or 95)
+    except (OSError, ValueError) as exc:
+        raise ImageProblem("undecodable_image", str(exc)) from exc
+    return EncodedImage(data=out, ext="jpg", width=size[0], height=size[1])
+
+
+def decode_resized(data: bytes, target: tuple[int, int]):
+    """Decode to an RGB PIL image of exactly `target` (w, h), using JPEG draft mode and reduce."""
+    from PIL import Image
+
+    im = Image.open(io.BytesIO(data))
+    if im.format == "JPEG":
+        im.draft("RGB", target)  # DCT-domain downscale by 1/2, 1/4 or 1/8 while staying >= target
+    if im.mode != "RGB":
+        im = im.convert("RGB")
+    if im.size != target:
+        im = im.resize(target, Image.BICUBIC, reducing_gap=2.0)
+    return im
+
+
+def reencode_jpeg(data: bytes, target: tuple[int, int], quality: int) -> tuple[bytes, tuple[int, int]]:
+    """Resize to `target` (w, h) and encode as JPEG."""
+    im = decode_resized(data, target)
+    buf = io.BytesIO()
+    im.save(buf, format="JPEG", quality=quality)
+    return buf.getvalue(), im.size

@@ -1,0 +1,225 @@
+"""One sharding job: a fixed slice of input rows in, committed shard part(s) and a stats file out.
+
+A job is idempotent and deterministic: job i always holds rows
+[i*n, (i+1)*n) of the input stream and writes `shard-{i:06d}-{part:02d}.*`
+(a new part when `max_shard_bytes` would be exceeded), then
+`_jobs/job-{i:06d}.json` LAST: the durable "done" marker `--resume` trusts.
+Every row ends up either written or skipped with a reason
+(rows == written + sum(skipped)).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from vlmdata import fsutil
+from vlmdata.formats.manifest import ShardInfo
+from vlmdata.formats.memmap import MemmapPartWriter
+from vlmdata.formats.sample import EncodedImage, safe_key
+from vlmdata.formats.writer import WdsPartWriter, sample_bytes_estimate
+from vlmdata.ingest.images import ImageOptions, ImageProblem, check_image, decode_resized, prepare_image
+from vlmdata.ingest.readers import InputSource, Row
+from vlmdata.ingest.records import ColumnSpec, RowProblem, check_text, normalize, resolve
+from vlmdata.tokenizer import Tokenizer, encode_conversation, load_tokenizer
+
+JOBS_DIR = "_jobs"
+
+
+def job_stats_name(job: int) -> str:
+    return f"{JOBS_DIR}/job-{job:06d}.json"
+
+
+def shard_stem(job: int, part: int) -> str:
+    return f"shard-{job:06d}-{part:02d}"
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Everything a job needs besides its rows (picklable, shared by all jobs of a run)."""
+
+    output: str
+    sources: tuple[InputSource, ...]
+    format: str = "wds"                      # "wds" | "memmap"
+    image_size: int | None = None            # memmap only
+    max_shard_bytes: int = 1 << 30
+    images: ImageOptions = ImageOptions()
+    tokenizer: str | None = None
+    columns: ColumnSpec = ColumnSpec()
+    storage_options: dict = field(default_factory=dict)
+
+
+@dataclass
+class JobSpec:
+    job: int
+    rows: list[Row]
+
+
+@dataclass
+class JobStats:
+    """What a job did; also its on-disk done marker."""
+
+    job: int
+    rows: int = 0
+    written: int = 0
+    images: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, dict] = field(default_factory=dict)
+    shards: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def skip(self, reason: str, row: Row, detail: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        if reason not in self.examples:
+            self.examples[reason] = {"source": row.source, "row": row.number, "id": row.id, "detail": detail[:300]}
+
+    def shard_infos(self) -> list[ShardInfo]:
+        return [ShardInfo(**s) for s in self.shards]
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True, indent=1).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> JobStats:
+        return cls(**json.loads(data))
+
+
+def _read_ref(ref, base: str, storage_options: dict) -> bytes:
+    if isinstance(ref, bytes):
+        return ref
+    url = resolve(ref, base)
+    try:
+        if fsutil.is_local(url):
+            with open(fsutil.local_path(url), "rb") as f:
+                return f.read()
+        return fsutil.read_bytes(url, storage_options)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+        raise RowProblem("missing_file", f"{url}: {type(exc).__name__}") from None
+    except OSError as exc:
+        raise RowProblem("read_error", f"{url}: {exc}") from None
+
+
+class _Sampler:
+    """Turns rows into ready-to-write samples (validation, images, tokens)."""
+
+    def __init__(self, opts: JobOptions, tok: Tokenizer):
+        self.opts = opts
+        self.tok = tok
+
+    def build(self, row: Row) -> tuple[str, dict, np.ndarray, list, list[tuple[int, int]]]:
+        if row.error is not None:
+            raise RowProblem("bad_row", row.error)
+        if row.duplicate:
+            raise RowProblem("duplicate_key", f"id {row.id!r} seen earlier in this run")
+        opts = self.opts
+        base = opts.sources[row.source].base
+        sample = normalize(row.data, row.id, opts.columns)
+        if sample.extra.get("folder"):
+            sample.turns = [("user", ""), ("assistant", self._sidecar(sample, base))]
+            sample.meta["caption"] = sample.turns[1][1]
+        check_text(sample)
+        images, sizes = [], []
+        for ref in sample.images:
+            data = _read_ref(ref, base, opts.storage_options)
+            if opts.format == "memmap":
+                _, w, h = check_image(data, opts.images.max_pixels)
+                s = opts.image_size
+                try:
+                    images.append(np.asarray(decode_resized(data, (s, s))))
+                except (OSError, ValueError) as exc:
+                    raise ImageProblem("undecodable_image", str(exc)) from None
+            else:
+                im: EncodedImage = prepare_image(data, opts.images)
+                images.append(im)
+                w, h = im.width, im.height
+            sizes.append((w, h))
+        try:
+            tokens = encode_conversation(self.tok, sample.turns, len(images))
+        except ValueError as exc:
+            raise RowProblem("marker_mismatch", str(exc)) from None
+        return safe_key(row.id), sample.meta, tokens, images, sizes
+
+    def _sidecar(self, sample, base: str) -> str:
+        if sample.caption_file is None:
+            raise RowProblem("missing_text", f"no sidecar .txt for {sample.images[0]}")
+        raw = _read_ref(sample.caption_file, base, self.opts.storage_options)
+        try:
+            return raw.decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            raise RowProblem("bad_text", f"sidecar is not UTF-8: {exc}") from None
+
+
+class _Parts:
+    """The job's shard parts, rolled over by size."""
+
+    def __init__(self, opts: JobOptions, job: int, image_token_id: int):
+        self.opts = opts
+        self.job = job
+        self.image_token_id = image_token_id
+        self.writer = None
+        self.infos: list[ShardInfo] = []
+
+    def _open(self):
+        stem = shard_stem(self.job, len(self.infos))
+        if self.opts.format == "memmap":
+            return MemmapPartWriter(self.opts.output, stem, self.opts.image_size, self.opts.storage_options)
+        return WdsPartWriter(self.opts.output, stem, self.image_token_id, self.opts.storage_options)
+
+    def add(self, key: str, meta: dict, tokens: np.ndarray, images: list, sizes) -> None:
+        if self.opts.format == "memmap":
+            est = sum(im.nbytes for im in images) + tokens.shape[1] * 5 + 1024
+        else:
+            est = sample_bytes_estimate(b"x" * 1024, tokens, images)
+        if self.writer is not None and len(self.writer) and self.writer.offset + est > self.opts.max_shard_bytes:
+            self.infos.append(self.writer.close())
+            self.writer = None
+        if self.writer is None:
+            self.writer = self._open()
+        if self.opts.format == "memmap":
+            self.writer.add(key, meta, tokens, images, sizes)
+        else:
+            self.writer.add(key, meta, tokens, images)
+
+    def close(self) -> list[ShardInfo]:
+        if self.writer is not None and len(self.writer):
+            self.infos.append(self.writer.close())
+        elif self.writer is not None:
+            self.writer.abort()
+        self.writer = None
+        return self.infos
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.abort()
+
+
+def run_job(spec: JobSpec, opts: JobOptions) -> dict:
+    """Run one job to completion; returns its stats as a dict (also written to _jobs/)."""
+    t0 = time.perf_counter()
+    tok = load_tokenizer(opts.tokenizer)
+    sampler = _Sampler(opts, tok)
+    stats = JobStats(job=spec.job, rows=len(spec.rows))
+    parts = _Parts(opts, spec.job, tok.special.image)
+    try:
+        for row in spec.rows:
+            try:
+                key, meta, tokens, images, sizes = sampler.build(row)
+            except (RowProblem, ImageProblem) as exc:
+                stats.skip(exc.reason, row, str(exc))
+                continue
+            parts.add(key, meta, tokens, images, sizes)
+            stats.written += 1
+            stats.images += len(images)
+        infos = parts.close()
+    except BaseException:
+        parts.abort()
+        raise
+    stats.shards = [asdict(i) for i in infos]
+    stats.seconds = round(time.perf_counter() - t0, 3)
+    if stats.written + sum(stats.skipped.values()) != stats.rows:
+        raise AssertionError(f"job {spec.job}: rows {stats.rows} != written + skipped")
+    fsutil.atomic_write_bytes(fsutil.join(opts.output, job_stats_name(spec.job)), stats.to_json(),
+                              opts.storage_options)
+    return asdict(stats)

@@ -1,0 +1,229 @@
+"""Streaming readers for raw inputs: every row of every input, in order, with bounded memory.
+
+Formats: "json" (a top-level JSON array, e.g. LLaVA), "jsonl", "csv", "parquet"
+and "folder" (images with sidecar .txt captions). Rows are plain dicts; a row
+that cannot be parsed becomes a `Row` with `error` set, so it is counted, not lost.
+"""
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+import json
+import os
+import posixpath
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from fsspec.core import url_to_fs
+
+from vlmdata import fsutil
+
+INPUT_FORMATS = ("json", "jsonl", "csv", "parquet", "folder")
+IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
+_CHUNK = 1 << 20
+
+
+class ConfigError(ValueError):
+    """A configuration problem that stops the run at once (message says what to change)."""
+
+
+@dataclass
+class Row:
+    """One input row: which input, its number there, and the parsed record or the parse error."""
+
+    source: int
+    number: int
+    data: dict | None
+    error: str | None = None
+    id: str = ""               # source id, set by the sharder (see ingest.shard)
+    duplicate: bool = False    # an earlier row of this run had the same key
+
+
+@dataclass(frozen=True)
+class InputSource:
+    """One input: URL, its format, and the directory its relative image paths start from."""
+
+    url: str
+    format: str
+    base: str
+
+
+def _dirname(url: str) -> str:
+    if fsutil.is_local(url):
+        return os.path.dirname(os.path.abspath(fsutil.local_path(url)))
+    return posixpath.dirname(url.rstrip("/"))
+
+
+def detect_format(url: str, storage_options: dict | None = None) -> str:
+    """Guess an input's format from its type, extension and first bytes."""
+    fs, path = url_to_fs(url, **(storage_options or {}))
+    if not fs.exists(path):
+        raise ConfigError(f"input {url} does not exist")
+    if fs.isdir(path):
+        return "folder"
+    lower = path.lower()
+    for ext, fmt in ((".jsonl", "jsonl"), (".ndjson", "jsonl"), (".csv", "csv"), (".tsv", "csv"),
+                     (".parquet", "parquet")):
+        if lower.endswith(ext):
+            return fmt
+    with fs.open(path, "rb") as f:
+        head = f.read(4096).lstrip()
+    if head.startswith(b"["):
+        return "json"
+    if head.startswith(b"{"):
+        return "jsonl"
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    raise ConfigError(f"cannot tell the format of {url}; pass --input-format one of {', '.join(INPUT_FORMATS)}")
+
+
+def open_inputs(urls: list[str], input_format: str | None, storage_options: dict | None = None) -> list[InputSource]:
+    """Resolve each input's format (config errors raised here, before any work)."""
+    if not urls:
+        raise ConfigError("no input given")
+    if input_format is not None and input_format not in INPUT_FORMATS:
+        raise ConfigError(f"unknown input format {input_format!r}; use one of {', '.join(INPUT_FORMATS)}")
+    out = []
+    for url in urls:
+        fs, path = url_to_fs(url, **(storage_options or {}))
+        if not fs.exists(path):
+            raise ConfigError(f"input {url} does not exist")
+        fmt = input_format or detect_format(url, storage_options)
+        base = url if fmt == "folder" else _dirname(url)
+        out.append(InputSource(url=url, format=fmt, base=base))
+    return out
+
+
+def iter_rows(sources: list[InputSource], storage_options: dict | None = None) -> Iterator[Row]:
+    """All rows of all inputs, in order."""
+    for i, src in enumerate(sources):
+        reader = _READERS[src.format]
+        for number, item in enumerate(reader(src.url, storage_options or {})):
+            if isinstance(item, dict):
+                yield Row(i, number, item)
+            else:
+                yield Row(i, number, None, error=str(item))
+
+
+def _open_binary(url: str, so: dict):
+    """Local files with plain open() (works on pipes too), others through fsspec."""
+    if fsutil.is_local(url):
+        return open(fsutil.local_path(url), "rb")
+    return fsutil.open_url(url, "rb", so)
+
+
+class _BadRow(str):
+    """A row that could not be parsed; its text is the error."""
+
+
+def _read_jsonl(url: str, so: dict) -> Iterator[dict | _BadRow]:
+    with _open_binary(url, so) as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                yield _BadRow(f"line {line_no}: {exc}")
+                continue
+            yield obj if isinstance(obj, dict) else _BadRow(f"line {line_no}: not a JSON object")
+
+
+def iter_json_array(f, chunk_size: int = _CHUNK) -> Iterator[dict | _BadRow]:
+    """Items of a top-level JSON array read incrementally from a binary file (bounded memory).
+
+    Uses `json.JSONDecoder.raw_decode` on a sliding text buffer; an item that
+    does not parse even with all remaining input makes the rest one bad row.
+    """
+    decoder = json.JSONDecoder()
+    utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    buf, pos, eof, started = "", 0, False, False
+
+    def fill() -> bool:
+        nonlocal buf, pos, eof
+        data = f.read(chunk_size)
+        eof = not data
+        buf = buf[pos:] + utf8.decode(data, final=eof)
+        pos = 0
+        return not eof
+
+    fill()
+    while True:
+        skip = " \t\r\n," if started else " \t\r\n"
+        while pos < len(buf) and buf[pos] in skip:
+            pos += 1
+        if pos >= len(buf):
+            if eof or not fill():
+                if not started:
+                    yield _BadRow("empty input: expected a JSON array")
+                return
+            continue
+        if not started:
+            if buf[pos] != "[":
+                yield _BadRow("expected a JSON array at the top level")
+                return
+            started, pos = True, pos + 1
+            continue
+        if buf[pos] == "]":
+            return
+        try:
+            obj, end = decoder.raw_decode(buf, pos)
+        except json.JSONDecodeError as exc:
+            if not eof and fill():
+                continue
+            yield _BadRow(f"unparseable JSON array item: {exc}")
+            return
+        if end == len(buf) and not eof:  # a number or literal may continue in the next chunk
+            if fill():
+                continue
+        pos = end
+        yield obj if isinstance(obj, dict) else _BadRow(f"array item is a {type(obj).__name__}, not an object")
+
+
+def _read_json(url: str, so: dict) -> Iterator[dict | _BadRow]:
+    with _open_binary(url, so) as f:
+        yield from iter_json_array(f)
+
+
+def _read_csv(url: str, so: dict) -> Iterator[dict | _BadRow]:
+    delimiter = "\t" if url.lower().endswith(".tsv") else ","
+    with _open_binary(url, so) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
+        reader = csv.DictReader(text, delimiter=delimiter)
+        try:
+            for rec in reader:
+                if None in rec:  # more fields than header columns
+                    yield _BadRow(f"line {reader.line_num}: {len(rec[None])} extra fields")
+                    continue
+                yield dict(rec)
+        except csv.Error as exc:
+            yield _BadRow(f"line {reader.line_num}: {exc}")
+
+
+def _read_parquet(url: str, so: dict) -> Iterator[dict | _BadRow]:
+    import pyarrow.parquet as pq
+
+    with _open_binary(url, so) as f:
+        pf = pq.ParquetFile(f)
+        for batch in pf.iter_batches(batch_size=1024):
+            yield from batch.to_pylist()
+
+
+def _read_folder(url: str, so: dict) -> Iterator[dict | _BadRow]:
+    fs, root = url_to_fs(url, **so)
+    root = root.rstrip("/")
+    files = sorted(fs.find(root))
+    names = set(files)
+    for path in files:
+        stem, ext = os.path.splitext(path)
+        if ext.lower() not in IMAGE_EXTS:
+            continue
+        rel = path[len(root) + 1:]
+        sidecar = stem + ".txt"
+        yield {"id": os.path.splitext(rel)[0], "image": rel,
+               "caption_file": sidecar[len(root) + 1:] if sidecar in names else None}
+
+
+_READERS = {"json": _read_json, "jsonl": _read_jsonl, "csv": _read_csv, "parquet": _read_parquet,
+            "folder": _read_folder}

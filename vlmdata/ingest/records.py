@@ -1,0 +1,153 @@
+"""Turning one raw input row into a sample: id, chat turns, image references, source record.
+
+LLaVA rows hold `conversations` (`from`: human/gpt, also user/assistant/system;
+`value`: text with `<image>` markers) and `image` or `images`. Caption rows
+(JSONL/CSV/Parquet/folder) hold an image column and a text column, found by
+name (`--image-column` / `--text-column` override); they become a user turn
+holding the image(s) followed by the caption as the assistant turn.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from vlmdata.tokenizer import IMAGE_MARKER
+
+IMAGE_COLUMNS = ("images", "image", "image_path", "image_file", "img", "path", "file", "filename",
+                 "file_name", "url", "image_url", "jpg")
+TEXT_COLUMNS = ("caption", "text", "txt", "description", "alt", "alt_text", "title")
+ID_COLUMNS = ("id", "key", "__key__", "uid", "sample_id")
+ROLES = {"human": "user", "user": "user", "system": "user", "gpt": "assistant", "assistant": "assistant"}
+
+
+class RowProblem(ValueError):
+    """A row that must be skipped; `reason` is the stats key."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """Column names for caption tables (None = auto-detect per row)."""
+
+    image: str | None = None
+    text: str | None = None
+    id: str | None = None
+
+
+@dataclass
+class SourceSample:
+    """A normalized row. `images` holds URLs/paths (str) or embedded bytes."""
+
+    id: str
+    turns: list[tuple[str, str]]
+    images: list
+    meta: dict
+    caption_file: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def row_id(data: dict, columns: ColumnSpec, fallback: str) -> str:
+    """The row's source id (an id column, else `fallback`, e.g. input name + row number)."""
+    names = (columns.id,) if columns.id else ID_COLUMNS
+    for name in names:
+        value = data.get(name)
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
+            return str(value)
+    return fallback
+
+
+def _first(data: dict, names) -> str | None:
+    for n in names:
+        if n in data and data[n] is not None:
+            return n
+    return None
+
+
+def _json_safe(value):
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def _image_refs(value) -> list:
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes)):
+        return [value]
+    if isinstance(value, dict):  # Hugging Face style {"bytes": ..., "path": ...}
+        return [value.get("bytes") or value.get("path")]
+    if isinstance(value, (list, tuple)):
+        return [r for v in value for r in _image_refs(v)]
+    raise RowProblem("bad_image_ref", f"image reference of type {type(value).__name__}")
+
+
+def _llava(data: dict, sid: str) -> SourceSample:
+    conv = data.get("conversations")
+    if not isinstance(conv, list) or not conv:
+        raise RowProblem("bad_text", "conversations is not a non-empty list")
+    turns = []
+    for t in conv:
+        if not isinstance(t, dict):
+            raise RowProblem("bad_text", "a conversation turn is not an object")
+        role = ROLES.get(str(t.get("from", t.get("role", ""))).lower())
+        value = t.get("value", t.get("content"))
+        if role is None:
+            raise RowProblem("bad_text", f"unknown role {t.get('from', t.get('role'))!r}")
+        if not isinstance(value, str):
+            raise RowProblem("bad_text", f"turn text is a {type(value).__name__}, not a string")
+        turns.append((role, value))
+    images = _image_refs(data.get("images", data.get("image")))
+    return SourceSample(id=sid, turns=turns, images=images, meta=_json_safe(data))
+
+
+def _caption(data: dict, sid: str, columns: ColumnSpec) -> SourceSample:
+    if "caption_file" in data:  # image folder row
+        return SourceSample(id=sid, turns=[], images=[data["image"]], meta={"id": sid, "image": data["image"]},
+                            caption_file=data["caption_file"], extra={"folder": True})
+    img_col = columns.image or _first(data, IMAGE_COLUMNS)
+    txt_col = columns.text or _first(data, TEXT_COLUMNS)
+    if img_col is None or data.get(img_col) in (None, "", []):
+        raise RowProblem("missing_image_ref", f"no image column value (looked for {columns.image or IMAGE_COLUMNS})")
+    if txt_col is None or txt_col not in data:
+        raise RowProblem("bad_text", f"no text column (looked for {columns.text or TEXT_COLUMNS})")
+    text = data[txt_col]
+    if not isinstance(text, str):
+        raise RowProblem("bad_text", f"caption is a {type(text).__name__}, not a string")
+    return SourceSample(id=sid, turns=[("user", ""), ("assistant", text)], images=_image_refs(data[img_col]),
+                        meta=_json_safe(data))
+
+
+def normalize(data: dict, sid: str, columns: ColumnSpec) -> SourceSample:
+    """A SourceSample for one row, or RowProblem."""
+    sample = _llava(data, sid) if "conversations" in data else _caption(data, sid, columns)
+    for ref in sample.images:
+        if not isinstance(ref, (str, bytes)) or not ref:
+            raise RowProblem("bad_image_ref", f"image reference {ref!r:.60} is not a path, URL or bytes")
+    return sample
+
+
+def check_text(sample: SourceSample) -> None:
+    """Empty text and marker/image count mismatches (after the caption file is read)."""
+    if not any(text.replace(IMAGE_MARKER, "").strip() for _, text in sample.turns):
+        raise RowProblem("empty_text", "all turns are empty")
+    markers = sum(text.count(IMAGE_MARKER) for _, text in sample.turns)
+    if markers not in (0, len(sample.images)):
+        raise RowProblem("marker_mismatch", f"{markers} {IMAGE_MARKER} markers for {len(sample.images)} images")
+
+
+def resolve(ref: str, base: str) -> str:
+    """An image reference as a path/URL: absolute and URLs as-is, relative to the input's directory."""
+    if "://" in ref or os.path.isabs(ref):
+        return ref
+    if "://" in base:
+        return base.rstrip("/") + "/" + ref
+    return os.path.join(base, ref)

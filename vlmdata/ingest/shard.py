@@ -1,0 +1,258 @@
+"""`shard_dataset(ShardConfig) -> Manifest`: raw inputs to indexed shards, resumable.
+
+Flow: the inputs are read as one row stream (bounded memory); each row gets
+its source id and a duplicate flag (first occurrence of a key in the run
+wins; later ones are skipped as "duplicate_key", see KeySet); the stream is
+cut into jobs of `max_samples_per_shard` rows; an engine runs the jobs with
+a bounded number in flight; finally the per-job stats are merged into
+`manifest.json` and the planning columns into `planning.npz`.
+With `resume`, jobs whose stats file exists and whose shards have the
+recorded sizes are not run again (their rows are still streamed, for the
+duplicate check and the job numbering).
+"""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from fsspec.core import url_to_fs
+
+from vlmdata import fsutil
+from vlmdata.formats.index import SampleIndex, concat_planning_columns
+from vlmdata.formats.manifest import MANIFEST_NAME, PLANNING_NAME, Manifest
+from vlmdata.formats.sample import safe_key
+from vlmdata.ingest.engine import ENGINES, run_jobs
+from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, ImageOptions
+from vlmdata.ingest.job import JOBS_DIR, JobOptions, JobSpec, JobStats, job_stats_name
+from vlmdata.ingest.keyset import KeySet
+from vlmdata.ingest.readers import ConfigError, InputSource, Row, iter_rows, open_inputs
+from vlmdata.ingest.records import ColumnSpec, row_id
+from vlmdata.tokenizer import load_tokenizer
+
+log = logging.getLogger(__name__)
+FORMATS = ("wds", "memmap")
+
+
+@dataclass
+class ShardConfig:
+    """Options of `vlmdata shard` (see `vlmdata shard --help`)."""
+
+    inputs: list[str]
+    output: str
+    input_format: str | None = None
+    format: str = "wds"
+    image_size: int | None = None
+    max_samples_per_shard: int = 1000
+    max_shard_bytes: int = 1 << 30
+    workers: int | None = None
+    engine: str = "local"
+    resume: bool = False
+    tokenizer: str | None = None
+    resize_max_side: int | None = None
+    quality: int | None = None
+    max_image_pixels: int = DEFAULT_MAX_PIXELS
+    columns: ColumnSpec = field(default_factory=ColumnSpec)
+    storage_options: dict = field(default_factory=dict)
+
+
+def _check_config(cfg: ShardConfig) -> None:
+    if cfg.format not in FORMATS:
+        raise ConfigError(f"unknown output format {cfg.format!r}; use --format wds or --format memmap")
+    if cfg.format == "memmap" and not (cfg.image_size and cfg.image_size > 0):
+        raise ConfigError("--format memmap needs --image-size S (images are stored resized to S x S)")
+    if cfg.engine not in ENGINES:
+        raise ConfigError(f"unknown engine {cfg.engine!r}; use one of {', '.join(ENGINES)}")
+    if cfg.max_samples_per_shard < 1:
+        raise ConfigError("--max-samples-per-shard must be >= 1")
+    if cfg.max_shard_bytes < 1 << 16:
+        raise ConfigError("--max-shard-bytes must be at least 65536")
+    if cfg.quality is not None and not 1 <= cfg.quality <= 100:
+        raise ConfigError("--quality must be between 1 and 100")
+    if cfg.resize_max_side is not None and cfg.resize_max_side < 1:
+        raise ConfigError("--resize-max-side must be >= 1")
+    if cfg.workers is not None and cfg.workers < 0:
+        raise ConfigError("--workers must be >= 0")
+
+
+def _probe_output(output: str, storage_options: dict) -> None:
+    """Fail now, with a clear message, if the output cannot be written."""
+    probe = fsutil.join(output, JOBS_DIR, ".write-probe")
+    try:
+        fsutil.atomic_write_bytes(probe, b"ok", storage_options)
+        fs, path = url_to_fs(probe, **storage_options)
+        fs.rm(path)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot write to output {output}: {exc}; choose a writable --output") from exc
+
+
+def _fingerprint(cfg: ShardConfig, sources: list[InputSource], tokenizer: dict) -> dict:
+    return {"inputs": [asdict(s) for s in sources], "format": cfg.format, "image_size": cfg.image_size,
+            "max_samples_per_shard": cfg.max_samples_per_shard, "max_shard_bytes": cfg.max_shard_bytes,
+            "tokenizer": tokenizer, "resize_max_side": cfg.resize_max_side, "quality": cfg.quality,
+            "max_image_pixels": cfg.max_image_pixels, "columns": asdict(cfg.columns)}
+
+
+def _prepare_output(cfg: ShardConfig, fingerprint: dict) -> None:
+    so = cfg.storage_options
+    config_url = fsutil.join(cfg.output, JOBS_DIR, "config.json")
+    has_dataset = fsutil.exists(config_url, so) or fsutil.exists(fsutil.join(cfg.output, MANIFEST_NAME), so)
+    if has_dataset and not cfg.resume:
+        raise ConfigError(f"{cfg.output} already holds a dataset; pass --resume to continue it or use an empty output")
+    if has_dataset and fsutil.exists(config_url, so):
+        old = json.loads(fsutil.read_bytes(config_url, so))
+        if old != fingerprint:
+            changed = sorted(k for k in fingerprint if old.get(k) != fingerprint[k])
+            raise ConfigError(f"--resume with different settings than the first run ({', '.join(changed)}); "
+                              "use the same options or an empty output")
+    _probe_output(cfg.output, so)
+    _remove_stale_temps(cfg.output)
+    fsutil.atomic_write_bytes(config_url, json.dumps(fingerprint, sort_keys=True, indent=1).encode(), so)
+
+
+def _remove_stale_temps(output: str) -> None:
+    """Drop temporary files a killed run left behind (local outputs only)."""
+    if not fsutil.is_local(output):
+        return
+    root = fsutil.local_path(output)
+    for d in (root, os.path.join(root, JOBS_DIR)):
+        if os.path.isdir(d):
+            for name in os.listdir(d):
+                if name.startswith(".tmp-"):
+                    os.unlink(os.path.join(d, name))
+
+
+def _job_is_done(output: str, job: int, so: dict) -> JobStats | None:
+    url = fsutil.join(output, job_stats_name(job))
+    try:
+        stats = JobStats.from_json(fsutil.read_bytes(url, so))
+    except FileNotFoundError:
+        return None
+    fs, _ = url_to_fs(output, **so)
+    for s in stats.shard_infos():
+        for name, size in [(s.name, s.bytes), (s.index, None)] + ([(s.dali_index, None)] if s.dali_index else []):
+            _, path = url_to_fs(fsutil.join(output, name), **so)
+            if not fs.exists(path) or (size is not None and fs.size(path) != size):
+                return None
+    return stats
+
+
+class _JobStream:
+    """Cuts the row stream into JobSpecs, assigning ids and duplicate flags on the way."""
+
+    def __init__(self, cfg: ShardConfig, sources: list[InputSource], on_resumed: Callable[[dict], None]):
+        self.cfg = cfg
+        self.sources = sources
+        self.on_resumed = on_resumed
+        self.keys = KeySet()
+        self.jobs = 0
+
+    def _tag(self, row: Row) -> Row:
+        if row.data is None:
+            row.id = f"{os.path.basename(self.sources[row.source].url.rstrip('/'))}:{row.number}"
+            return row
+        fallback = f"{os.path.splitext(os.path.basename(self.sources[row.source].url.rstrip('/')))[0]}-{row.number:09d}"
+        if len(self.sources) > 1:
+            fallback = f"i{row.source}-{fallback}"
+        row.id = row_id(row.data, self.cfg.columns, fallback)
+        row.duplicate = not self.keys.add(safe_key(row.id))
+        return row
+
+    def __iter__(self) -> Iterator[JobSpec]:
+        n = self.cfg.max_samples_per_shard
+        batch: list[Row] = []
+        for row in iter_rows(self.sources, self.cfg.storage_options):
+            batch.append(self._tag(row))
+            if len(batch) == n:
+                yield from self._emit(batch)
+                batch = []
+        if batch:
+            yield from self._emit(batch)
+
+    def _emit(self, rows: list[Row]) -> Iterator[JobSpec]:
+        job = self.jobs
+        self.jobs += 1
+        if self.cfg.resume:
+            done = _job_is_done(self.cfg.output, job, self.cfg.storage_options)
+            if done is not None and done.rows == len(rows):
+                self.on_resumed(asdict(done))
+                return
+        yield JobSpec(job=job, rows=rows)
+
+
+def _merge(cfg: ShardConfig, results: list[dict], tokenizer: dict, extra_stats: dict) -> Manifest:
+    so = cfg.storage_options
+    results.sort(key=lambda r: r["job"])
+    shards = [s for r in results for s in JobStats(**r).shard_infos()]
+    indices = [SampleIndex.load(fsutil.join(cfg.output, s.index), so) for s in shards]
+    buf = io.BytesIO()
+    np.savez(buf, **concat_planning_columns(indices))
+    fsutil.atomic_write_bytes(fsutil.join(cfg.output, PLANNING_NAME), buf.getvalue(), so)
+    skipped: dict[str, int] = {}
+    examples: dict[str, dict] = {}
+    for r in results:
+        for reason, count in r["skipped"].items():
+            skipped[reason] = skipped.get(reason, 0) + count
+            examples.setdefault(reason, {**r["examples"][reason], "job": r["job"]})
+    stats = {"input_rows": sum(r["rows"] for r in results), "samples": sum(r["written"] for r in results),
+             "images": sum(r["images"] for r in results), "skipped": dict(sorted(skipped.items())),
+             "skipped_total": sum(skipped.values()), "examples": examples, "jobs": len(results), **extra_stats}
+    if cfg.format == "memmap":
+        s = cfg.image_size
+        patch = next(p for p in (14, 16, s) if s % p == 0)
+        policy = {"kind": "fixed", "size": s, "patch": patch, "merge": 1}
+        manifest = Manifest(kind="memmap", shards=shards, tokenizer=tokenizer, image_policy=policy,
+                            layout={"text": "tok.npy", "data": "mm"}, stats=stats)
+    else:
+        manifest = Manifest(kind="webdataset", shards=shards, tokenizer=tokenizer, stats=stats)
+    manifest.save(cfg.output, so)
+    return manifest
+
+
+def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None = None) -> Manifest:
+    """Shard `cfg.inputs` into `cfg.output`; returns the written manifest.
+
+    `progress(rows_done, written_done)` is called after each job. Raises
+    ConfigError (before any work) for bad options, missing inputs or an
+    unwritable output.
+    """
+    t0 = time.perf_counter()
+    _check_config(cfg)
+    try:
+        tokenizer = load_tokenizer(cfg.tokenizer).identity()
+    except (OSError, ValueError, ImportError) as exc:
+        raise ConfigError(f"cannot load tokenizer {cfg.tokenizer!r}: {exc}") from exc
+    sources = open_inputs(cfg.inputs, cfg.input_format, cfg.storage_options)
+    _prepare_output(cfg, _fingerprint(cfg, sources, tokenizer))
+    workers = (os.cpu_count() or 1) if cfg.workers is None else cfg.workers
+    opts = JobOptions(output=cfg.output, sources=tuple(sources), format=cfg.format, image_size=cfg.image_size,
+                      max_shard_bytes=cfg.max_shard_bytes,
+                      images=ImageOptions(cfg.max_image_pixels, cfg.resize_max_side, cfg.quality),
+                      tokenizer=cfg.tokenizer, columns=cfg.columns, storage_options=cfg.storage_options)
+    results: list[dict] = []
+    resumed = []
+
+    def done(r: dict) -> None:
+        results.append(r)
+        if progress is not None:
+            progress(r["rows"], r["written"])
+
+    def resumed_job(r: dict) -> None:
+        resumed.append(r["job"])
+        done(r)
+
+    stream = _JobStream(cfg, sources, resumed_job)
+    run_jobs(cfg.engine, iter(stream), opts, workers, done)
+    seconds = time.perf_counter() - t0
+    extra = {"seconds": round(seconds, 3), "engine": cfg.engine, "workers": workers,
+             "resumed_jobs": len(resumed), "inputs": [s.url for s in sources],
+             "input_formats": [s.format for s in sources],
+             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    manifest = _merge(cfg, results, tokenizer, extra)
+    log.debug("sharded %d rows in %.1fs", manifest.stats["input_rows"], seconds)
+    return manifest

@@ -1,0 +1,49 @@
+"""`make_loader`: a torch DataLoader set up for a VLMDataset (batch_size=None: the dataset yields packs)."""
+from __future__ import annotations
+
+import importlib
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def _keep(batch):
+    """Packs are already batches: hand them through unchanged."""
+    return batch
+
+
+def make_loader(ds, num_workers: int | str = 2, pin_memory: bool | None = None,
+                prefetch_factor: int | None = None, persistent_workers: bool = False,
+                stateful: bool = False, **kwargs) -> DataLoader:
+    """A DataLoader over `ds` yielding one PackedBatch per step.
+
+    num_workers="auto" asks `vlmdata.tune.auto_loader_settings(ds)` for workers,
+    prefetch and pinning. pin_memory=None pins when CUDA is available.
+    stateful=True returns torchdata's StatefulDataLoader (state_dict / load_state_dict).
+    Extra keyword arguments go to the DataLoader.
+    """
+    if num_workers == "auto":
+        try:
+            tune = importlib.import_module("vlmdata.tune")
+        except ModuleNotFoundError as exc:
+            raise RuntimeError("num_workers='auto' needs vlmdata.tune (the worker auto-tuner), which is not "
+                               "installed in this build; pass an int number of workers") from exc
+        settings = tune.auto_loader_settings(ds)
+        get = settings.get if isinstance(settings, dict) else lambda k, d=None: getattr(settings, k, d)
+        num_workers = int(get("num_workers", 2))
+        prefetch_factor = prefetch_factor if prefetch_factor is not None else get("prefetch_factor", None)
+        if pin_memory is None:
+            pin_memory = get("pin_memory", None)
+    if not isinstance(num_workers, int) or num_workers < 0:
+        raise ValueError(f"num_workers must be an int >= 0 or 'auto', got {num_workers!r}")
+    if pin_memory is None:
+        pin_memory = torch.cuda.is_available()
+    args = dict(batch_size=None, num_workers=num_workers, pin_memory=bool(pin_memory), collate_fn=_keep, **kwargs)
+    if num_workers > 0:
+        args["prefetch_factor"] = prefetch_factor if prefetch_factor is not None else 2
+        args["persistent_workers"] = persistent_workers
+    if stateful:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        return StatefulDataLoader(ds, **args)
+    return DataLoader(ds, **args)

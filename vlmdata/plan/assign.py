@@ -1,0 +1,95 @@
+"""Assigning the global pack sequence to ranks and DataLoader workers.
+
+The global sequence of an epoch is cut into steps of `world` consecutive
+packs; rank r takes pack `cursor + s * world + r` at step s. `cursor` counts
+packs consumed by the whole world, so resuming with another world size goes on
+from the same cursor (nothing lost, nothing repeated).
+
+The last, incomplete step (fewer than `world` packs left) is re-split over all
+ranks (`split_tail`) so that every rank runs the same number of steps: no rank
+waits forever for a collective that the others never enter. If the tail holds
+fewer samples than there are ranks, the ranks left over get an empty pack (one
+padding token, no label, no sample): they still take the step, with nothing to
+learn from.
+
+DataLoader worker w of nw takes the rank's steps w, w + nw, ... so the
+DataLoader's in-order round robin hands the packs out in the rank's order.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def rank_pack(cursor: int, step: int, world: int, rank: int) -> int:
+    """Global pack number of a rank's step (counted from `cursor`)."""
+    return cursor + step * world + rank
+
+
+def split_tail(packs: list[np.ndarray], tokens: dict[int, int], world: int) -> list[np.ndarray]:
+    """Re-split the samples of the last incomplete step into `world` packs.
+
+    Starts from the tail's own packs (each within budget) and splits the
+    heaviest pack that holds two or more samples into two token-balanced
+    halves until there are `world` packs; splitting never breaks a budget.
+    Returns `world` arrays of sample ids (some empty if samples run out).
+    """
+    parts = [np.asarray(p, dtype=np.int64) for p in packs if len(p)]
+    while len(parts) < world:
+        weights = [sum(tokens[int(i)] for i in p) if len(p) > 1 else -1 for p in parts]
+        j = int(np.argmax(weights)) if parts else 0
+        if not parts or weights[j] < 0:
+            break
+        items = sorted(parts[j].tolist(), key=lambda i: (-tokens[i], i))
+        halves: list[list[int]] = [[], []]
+        load = [0, 0]
+        for i in items:                      # LPT into two halves
+            h = 0 if load[0] <= load[1] else 1
+            halves[h].append(i)
+            load[h] += tokens[i]
+        parts[j:j + 1] = [np.asarray(halves[0], np.int64), np.asarray(halves[1], np.int64)]
+    parts.sort(key=lambda p: (-sum(tokens[int(i)] for i in p), p.tolist()))
+    while len(parts) < world:
+        parts.append(np.zeros(0, np.int64))
+    return parts
+
+
+@dataclass
+class Assigned:
+    """One step's pack for a rank: its samples and the world's resume cursor after the step."""
+
+    samples: np.ndarray
+    step: int
+    cursor: int
+    window: int | None                     # window of the pack, None for the re-split tail
+    dropped: Counter = field(default_factory=Counter)
+
+
+def rank_packs(planner, base: int, world: int, rank: int, first_step: int = 0,
+               stride: int = 1) -> Iterator[Assigned]:
+    """The packs of `rank` for steps first_step, first_step + stride, ... counted from cursor `base`.
+
+    A DataLoader worker w of nw uses first_step=w, stride=nw. `planner` is an EpochPlanner.
+    """
+    step = first_step
+    while True:
+        start = base + step * world
+        if planner.ensure(start + world - 1):
+            g = start + rank
+            k, _ = planner.locate(g)
+            yield Assigned(planner.pack_samples(g)[0], step, start + world, k, planner.drops_at(g))
+        else:
+            n = planner.total()
+            if start >= n:
+                return
+            tail = [planner.pack_samples(g) for g in range(start, n)]
+            tokens = {int(i): int(t) for p in tail for i, t in zip(p[0], p[1])}
+            dropped = Counter()
+            if rank == 0:
+                for g in range(start, n):
+                    dropped.update(planner.drops_at(g))
+            yield Assigned(split_tail([p[0] for p in tail], tokens, world)[rank], step, n, None, dropped)
+        step += stride

@@ -1,0 +1,23 @@
+"""Per-sample token lengths from the planning columns, vectorised."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def image_rows(cols: dict[str, np.ndarray], samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(owner, row): for every image of `samples`, the position of its sample in `samples` and its image row."""
+    n_img = cols["n_images"][samples].astype(np.int64)
+    total = int(n_img.sum())
+    owner = np.repeat(np.arange(len(samples), dtype=np.int64), n_img)
+    first = np.cumsum(n_img) - n_img                      # position of each sample's first image in `row`
+    row = cols["image_start"][samples].astype(np.int64)
+    rows = np.repeat(row - first, n_img) + np.arange(total, dtype=np.int64)
+    return owner, rows
+
+
+def sample_lengths(cols: dict[str, np.ndarray], samples: np.ndarray, policy) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, image_tokens) per sample: tokens = text tokens + the policy's tokens for each image."""
+    owner, rows = image_rows(cols, samples)
+    per_image = policy.tokens(cols["width"][rows], cols["height"][rows]).astype(np.int64)
+    image_tokens = np.bincount(owner, weights=per_image, minlength=len(samples)).astype(np.int64)
+    return cols["text_tokens"][samples].astype(np.int64) + image_tokens, image_tokens
