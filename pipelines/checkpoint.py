@@ -19,10 +19,11 @@ import shutil
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from vlmdata import fsutil
+
+# torch.distributed.checkpoint is imported inside the functions: it costs seconds of start-up
+# and most runs never checkpoint.
 
 LATEST = "latest"
 TRAIN_STATE = "train.json"
@@ -35,6 +36,9 @@ def _step_dir(root: str, step: int) -> str:
 def save_checkpoint(root: str, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     data_state: dict, extra: dict | None = None) -> str:
     """Collective: every rank calls it. Returns the checkpoint directory."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
     rank, world = dist.get_rank(), dist.get_world_size()
     final = _step_dir(root, step)
     tmp = os.path.join(root, f".tmp-step_{step:06d}")
@@ -73,6 +77,9 @@ def load_checkpoint(path: str, model: torch.nn.Module, optimizer: torch.optim.Op
 
     The returned dict has "step", "data" (this rank's data state) and "extra".
     """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
     with open(os.path.join(path, TRAIN_STATE)) as f:
         meta = json.load(f)
     world = dist.get_world_size()

@@ -29,12 +29,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @dataclass
 class DemoConfig:
     workdir: str | None = None        # default: a fresh temporary directory (removed unless keep)
-    samples: int = 400
+    samples: int = 200
     steps: int = 30
     nproc: int = 2
     corpus: str = "auto"              # "auto" | "gen_raw" | "builtin"
     image_size: int = 56
-    max_tokens: int = 2048
+    max_tokens: int = 1024
     model: str = "small"
     num_workers: int = 1
     daemon: bool = True

@@ -41,7 +41,7 @@ from torch import nn
 from pipelines.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from pipelines.data import BatchSource, DataOptions, DatasetSource, model_fields_for
 from pipelines.model import IGNORE, TinyVLM, VLMConfig, image_grids, param_checksum
-from vlmdata.metrics import MetricSet
+from vlmdata.metrics import MetricSet, StatsDelta
 
 log = logging.getLogger("pipelines.train")
 
@@ -225,6 +225,7 @@ class Trainer:
         self.model = wrap_model(TinyVLM(model_cfg).to(info.device), info, cfg.fsdp)
         self.optimizer = make_optimizer(self.model, cfg)
         self.metrics = MetricSet()
+        self.loader_stats = StatsDelta()  # the packs' own counts (samples, skips, cache tiers), summed
         self.records: list[StepRecord] = []
         self.start_step = 0
         self.metrics_url: str | None = None
@@ -297,7 +298,9 @@ class Trainer:
             wait += time.perf_counter() - t
             micro.append(batch)
             if batch.get("stats"):
-                self.metrics.absorb(batch["stats"], info.rank)
+                delta = StatsDelta.from_dict(batch["stats"])
+                self.metrics.absorb(delta, info.rank)
+                self.loader_stats.merge(delta)
         local = torch.tensor([sum(label_count(b) for b in micro)], dtype=torch.int64, device=info.device)
         dist.all_reduce(local)
         global_count = int(local.item())
@@ -343,6 +346,7 @@ class Trainer:
             "images_per_second": images / seconds if seconds else 0.0,
             "total_real_tokens": sum(r.real_tokens for r in self.records),
             "total_packs": sum(r.packs for r in self.records),
+            "loader_stats": self.loader_stats.to_dict(),
         }
 
     def close(self) -> None:

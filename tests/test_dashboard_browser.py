@@ -14,6 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 from metrics_fixtures import build_sharded_corpus, moto_s3, parse_dom, run_chromium, upload_dir
 from PIL import Image
@@ -52,7 +53,7 @@ class Pipeline:
             self.error = exc
 
 
-def wait_for(predicate, what: str, timeout: float = 180.0, pipeline: Pipeline | None = None):
+def wait_for(predicate, what, timeout: float = 120.0, pipeline: Pipeline | None = None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pipeline is not None and pipeline.error is not None:
@@ -61,16 +62,17 @@ def wait_for(predicate, what: str, timeout: float = 180.0, pipeline: Pipeline | 
         if got:
             return got
         time.sleep(0.2)  # polling a condition, with a deadline
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what() if callable(what) else what}")
 
 
 def chart_series(data: dict, chart_id: str) -> dict:
     return next(c for c in data["charts"] if c["id"] == chart_id)["series"]
 
 
-def has_values(data: dict, chart_id: str, n: int) -> bool:
+def has_values(data: dict, chart_id: str, n: int, nonzero: bool = True) -> bool:
+    """Some line of the chart has `n` points (non-zero ones, unless `nonzero` is off: ratios may be 0)."""
     series = chart_series(data, chart_id)
-    return any(sum(1 for _, v in pts if v) >= n for pts in series.values())
+    return any(sum(1 for _, v in pts if v is not None and (v or not nonzero)) >= n for pts in series.values())
 
 
 @pytest.mark.slow
@@ -107,12 +109,30 @@ def run_pipeline_and_browser(ds, loader, daemon_metrics: MetricSet, tmp_path: Pa
 
         def ready():
             data = json.loads(urllib.request.urlopen(dash.url + "api/data", timeout=10).read())
-            ok = all(has_values(data, c, 3) for c in ("images_per_second", "tokens_per_second",
-                                                      "padding_fraction", "data_wait_fraction"))
-            ok = ok and has_values(data, "cache_hit_rate", 1) and has_values(data, "object_store_bytes", 1)
+            ok = all(has_values(data, c, 3) for c in ("images_per_second", "tokens_per_second", "object_store_bytes"))
+            ok = ok and all(has_values(data, c, 3, nonzero=False)
+                            for c in ("padding_fraction", "data_wait_fraction", "cache_hit_rate"))
             return data if ok else None
 
-        wait_for(ready, "the dashboard to have data for every chart", pipeline=pipeline)
+        def missing():
+            data = dash.data()
+            counts = {c["id"]: {k: sum(1 for _, v in pts if v) for k, pts in c["series"].items()}
+                      for c in data["charts"]}
+            return (f"data for every chart; non-zero points per line: {counts}; targets {data['targets']}; "
+                    f"{pipeline.batches} batches consumed")
+
+        wait_for(ready, missing, pipeline=pipeline)
+
+        ARTIFACTS.mkdir(exist_ok=True)
+        shot = ARTIFACTS / "dashboard.png"
+        shot.unlink(missing_ok=True)
+        run_chromium(dash.url, tmp_path / "profile-shot", "--virtual-time-budget=4000", "--window-size=1400,1000",
+                     f"--screenshot={shot}")
+        print(f"dashboard screenshot: {shot}")
+        pixels = np.asarray(Image.open(shot).convert("RGB"), dtype=np.int16)
+        assert pixels.shape == (1000, 1400, 3)
+        drawn = int((np.abs(pixels - np.asarray(LINE_COLOR)) < 24).all(axis=-1).sum())
+        assert drawn > 500, f"only {drawn} pixels of chart lines in {shot}"
 
         html = run_chromium(dash.url, tmp_path / "profile-dom", "--virtual-time-budget=4000", "--dump-dom").stdout
         dom = parse_dom(html)
@@ -124,6 +144,8 @@ def run_pipeline_and_browser(ds, loader, daemon_metrics: MetricSet, tmp_path: Pa
             assert int(el["data-points"]) >= 3, (cid, el)
             assert int(el["data-lines"]) >= 1, (cid, el)
         latest = {cid: json.loads(el["data-latest"]) for cid, el in dom.charts.items()}
+        for cid in ("images_per_second", "tokens_per_second", "object_store_bytes"):
+            assert float(dom.charts[cid]["data-max"]) > 0, (cid, dom.charts[cid])
         assert "images" in latest["images_per_second"]
         assert set(latest["tokens_per_second"]) == {"real", "padding"}
         assert "rank 0" in latest["data_wait_fraction"]
@@ -132,16 +154,6 @@ def run_pipeline_and_browser(ds, loader, daemon_metrics: MetricSet, tmp_path: Pa
             for v in latest[cid].values():
                 assert v is None or 0.0 <= v <= 1.0, (cid, latest[cid])
 
-        ARTIFACTS.mkdir(exist_ok=True)
-        shot = ARTIFACTS / "dashboard.png"
-        shot.unlink(missing_ok=True)
-        run_chromium(dash.url, tmp_path / "profile-shot", "--virtual-time-budget=4000", "--window-size=1400,1000",
-                     f"--screenshot={shot}")
-        print(f"dashboard screenshot: {shot}")
-        img = Image.open(shot).convert("RGB")
-        assert img.size == (1400, 1000)
-        drawn = sum(1 for px in img.getdata() if all(abs(a - b) < 24 for a, b in zip(px, LINE_COLOR)))
-        assert drawn > 500, f"only {drawn} pixels of chart lines in {shot}"
         assert pipeline.batches > 0
     finally:
         pipeline.stop.set()

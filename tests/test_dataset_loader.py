@@ -237,3 +237,44 @@ def test_announced_reads_match_each_workers_packs(corpus):
                 reads = [int(x) for a in items if a.window == k for x in shard[a.samples]]
                 first = next((a.step for a in items if a.window is not None and a.window >= k), wid)
                 assert ds._worker_reads(p, k, 0, first, 3) == list(dict.fromkeys(reads))
+
+
+def test_num_steps_and_decode_threads(corpus):
+    root, _ = corpus
+    for rank in (0, 1):
+        ds = dataset(root, rank, 2)
+        plain = run(ds)
+        assert ds.num_steps() == len(plain)
+        threaded = dataset(root, rank, 2)
+        threaded.set_decode_threads(3)
+        again = run(threaded)
+        assert all(np.array_equal(a["pixel_values"], b["pixel_values"]) for a, b in zip(plain, again))
+    with pytest.raises(ValueError):
+        ds.set_decode_threads(0)
+
+
+def test_gzip_shards_indexed_in_place(tmp_path):
+    import gzip
+    import json
+    import os
+    import zlib
+
+    root = str(tmp_path / "gz")
+    samples = make_samples(20, seed=5)
+    write_dataset(root, samples, shard_size=8)
+    with open(os.path.join(root, "manifest.json")) as f:
+        manifest = json.load(f)
+    for shard in manifest["shards"]:
+        raw = open(os.path.join(root, shard["name"]), "rb").read()
+        packed = gzip.compress(raw)
+        os.remove(os.path.join(root, shard["name"]))
+        shard["name"] += ".gz"
+        with open(os.path.join(root, shard["name"]), "wb") as f:
+            f.write(packed)
+        shard["bytes"], shard["crc32"] = len(packed), zlib.crc32(packed) & 0xFFFFFFFF
+    manifest["layout"]["compression"] = "gzip"
+    with open(os.path.join(root, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+    keys = keys_of(run(VLMDataset(root, max_tokens=MAX_TOKENS, max_images=MAX_IMAGES, image_size=56, rank=0,
+                                  world_size=1, options=DatasetOptions(window_shards=2)), workers=2))
+    assert sorted(keys) == sorted(s.key for s in samples)

@@ -192,6 +192,10 @@ def test_grafana_provisioning_and_dashboard_queries():
         assert p["targets"], p["title"]
         exprs += [t["expr"] for t in p["targets"]]
     used = check_exprs(exprs, "grafana dashboard")
+    jobs = {j["job_name"] for j in yaml.safe_load((DOCKER / "prometheus" / "prometheus.yml").read_text())["scrape_configs"]}
+    for expr in exprs:  # job selectors name the Prometheus jobs that exist
+        for value in re.findall(r'\bjob\s*=~?\s*"([^"]+)"', expr):
+            assert set(value.split("|")) <= jobs, (expr, jobs)
     titles = " | ".join(p["title"].lower() for p in panels)
     for wanted in ("images / s", "tokens / s", "padding fraction", "data-wait fraction per rank",
                    "cache hit rate per tier", "object store"):
@@ -219,7 +223,6 @@ def test_checker_rejects_unknown_metrics_and_labels(bad):
 def test_compose_commands_parse_with_the_real_command_lines():
     """Every vlmdata / pipelines command in the compose file is accepted by its argparse parser."""
     from pipelines.train import build_parser as train_parser
-
     from vlmdata.cli import build_parser
 
     services = load_compose()["services"]

@@ -31,3 +31,19 @@ class ModelRunner:
                            tokens=n * self.spec.tokens_per_item, seconds=n / rate, wall_s=n / rate + 0.5,
                            chunk_rates={"tokens": [rate * self.spec.tokens_per_item] * 5},
                            worker_pss=[self.mem_per_worker] * settings.num_workers)
+
+
+def make_small_dataset(root, samples: int = 80, seed: int = 0) -> str:
+    """A gen_raw corpus sharded with shard_dataset; returns the dataset directory."""
+    import os
+    import subprocess
+    import sys
+
+    from vlmdata.ingest import ShardConfig, shard_dataset
+
+    raw, out = os.path.join(root, "raw"), os.path.join(root, "ds")
+    subprocess.run([sys.executable, "/work/shared/bench/gen_raw.py", raw, "--samples", str(samples),
+                    "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
+    shard_dataset(ShardConfig(inputs=[os.path.join(raw, "data.jsonl")], output=out,
+                              max_samples_per_shard=max(10, samples // 4), workers=1))
+    return out

@@ -103,8 +103,11 @@ class Proxy:
 
 def serve_store() -> None:
     """Entry of the store process: prints {"moto": port, "proxy": port}, then answers stdin commands."""
+    import logging
+
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     moto.start()
     _, moto_port = moto.get_host_and_port()
@@ -164,7 +167,7 @@ class Store:
     def options(self, direct: bool = False) -> dict:
         port = self.moto_port if direct else self.proxy_port
         return {"endpoint_url": f"http://127.0.0.1:{port}", "key": "bench", "secret": "bench", "anon": False,
-                "client_kwargs": {"region_name": "us-west-2"}, "skip_instance_cache": True}
+                "client_kwargs": {"region_name": "us-west-2"}}
 
     def close(self) -> None:
         self.proc.stdin.close()

@@ -112,7 +112,8 @@ def verify(runner, a: LoaderSettings, b: LoaderSettings, plan: MeasurePlan, roun
 
 def compare(name: str, runner_factory, cfg: TuneConfig, budget: TuneBudget, rounds: int) -> Comparison:
     cpus = cfg.cpu_count or usable_cpus()
-    space = make_space(cpus, cfg, pin_available=torch.cuda.is_available())
+    space = make_space(cpus, cfg, pin_available=torch.cuda.is_available(),
+                       threads=getattr(runner_factory(), "tunes_threads", True))
     settings = space.all_settings()
     print(f"\n== {name}: sweeping {len(settings)} settings on {cpus} CPUs", flush=True)
     warm = runner_factory()

@@ -145,6 +145,8 @@ class VLMDataset(IterableDataset):
         self._fetcher = None
         self._fetcher_pid = -1
         self._decoder = None
+        self._decode_threads = 1
+        self._pool = None
 
     # ---- configuration checks ---------------------------------------------------------------
     def _check_sources(self) -> None:
@@ -219,7 +221,28 @@ class VLMDataset(IterableDataset):
         state["_fetcher"] = None
         state["_fetcher_pid"] = -1
         state["_decoder"] = None
+        state["_pool"] = None
         return state
+
+    def set_decode_threads(self, threads: int) -> None:
+        """Decode each pack's images with this many threads (Pillow releases the GIL while decoding)."""
+        if int(threads) < 1:
+            raise ValueError(f"decode threads must be >= 1, got {threads}")
+        self._decode_threads = int(threads)
+        self._pool = None
+
+    def _decode_images(self, decoder, images: list, sizes: list) -> list:
+        n = self._decode_threads
+        if n <= 1 or len(images) < 2:
+            return decoder.decode(images, sizes, self.policy)
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(n, thread_name_prefix="vlmdata-decode")
+        step = -(-len(images) // n)
+        chunks = [(images[i:i + step], sizes[i:i + step]) for i in range(0, len(images), step)]
+        parts = self._pool.map(lambda c: decoder.decode(c[0], c[1], self.policy), chunks)
+        return [im for part in parts for im in part]
 
     def _get_fetcher(self):
         if self._fetcher is None or self._fetcher_pid != os.getpid():
@@ -240,6 +263,12 @@ class VLMDataset(IterableDataset):
     def _ref(self, shard: int) -> ShardRef:
         i = self.corpus.source_of_shard(shard)
         return self.sources[i].ref(shard - int(self.corpus.shard_base[i]))
+
+    def num_steps(self) -> int:
+        """Packs this rank yields in the selected epoch from the resume point (the same on every
+        rank; plans the whole epoch, so it costs seconds on a huge dataset)."""
+        remaining = max(0, self.planner().total() - self._cursor)
+        return -(-remaining // self.world_size)
 
     # ---- iteration ------------------------------------------------------------------------------
     def planner(self, epoch: int | None = None) -> EpochPlanner:
@@ -362,7 +391,7 @@ class VLMDataset(IterableDataset):
         if encoded:
             decoder = self._get_decoder()
             t0 = time.perf_counter()
-            images = decoder.decode([r.images[i] for r, i in encoded], [r.sizes[i] for r, i in encoded], self.policy)
+            images = self._decode_images(decoder, [r.images[i] for r, i in encoded], [r.sizes[i] for r, i in encoded])
             stats.decode_seconds += time.perf_counter() - t0
             decoded = {(id(r), i): im for (r, i), im in zip(encoded, images)}
             errors = decoder.pop_errors() if hasattr(decoder, "pop_errors") else Counter()

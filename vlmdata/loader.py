@@ -22,6 +22,7 @@ def make_loader(ds, num_workers: int | str = 2, pin_memory: bool | None = None,
     stateful=True returns torchdata's StatefulDataLoader (state_dict / load_state_dict).
     Extra keyword arguments go to the DataLoader.
     """
+    extra: dict = {}
     if num_workers == "auto":
         try:
             tune = importlib.import_module("vlmdata.tune")
@@ -29,11 +30,15 @@ def make_loader(ds, num_workers: int | str = 2, pin_memory: bool | None = None,
             raise RuntimeError("num_workers='auto' needs vlmdata.tune (the worker auto-tuner), which is not "
                                "installed in this build; pass an int number of workers") from exc
         settings = tune.auto_loader_settings(ds)
-        get = settings.get if isinstance(settings, dict) else lambda k, d=None: getattr(settings, k, d)
-        num_workers = int(get("num_workers", 2))
-        prefetch_factor = prefetch_factor if prefetch_factor is not None else get("prefetch_factor", None)
+        extra = settings.loader_kwargs()            # num_workers, pin_memory, prefetch, worker_init_fn
+        num_workers = extra.pop("num_workers")
+        prefetch_factor = prefetch_factor if prefetch_factor is not None else extra.pop("prefetch_factor", None)
+        extra.pop("prefetch_factor", None)
+        tuned_pin = extra.pop("pin_memory", None)
         if pin_memory is None:
-            pin_memory = get("pin_memory", None)
+            pin_memory = tuned_pin
+        extra.update(kwargs)
+        kwargs = extra
     if not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers must be an int >= 0 or 'auto', got {num_workers!r}")
     if pin_memory is None:

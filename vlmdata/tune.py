@@ -53,7 +53,8 @@ def tune(dataset=None, *, runner: PipelineRunner | None = None, budget: TuneBudg
     cfg = config or TuneConfig()
     cpus = cfg.cpu_count or usable_cpus()
     memory = budget.memory_bytes if budget.memory_bytes is not None else default_memory_budget()
-    space = make_space(cpus, cfg, pin_available=torch.cuda.is_available())
+    space = make_space(cpus, cfg, pin_available=torch.cuda.is_available(),
+                       threads=getattr(runner, "tunes_threads", True))
     t0 = time.perf_counter()
     search = AdaptiveSearch(runner, space, cfg, memory_budget=memory, time_budget_s=budget.time_s)
     chosen = search.run()

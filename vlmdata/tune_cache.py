@@ -98,17 +98,35 @@ def _plain(value, depth: int = 0):
 def dataset_fingerprint(dataset) -> dict:
     """What identifies the data and the pipeline settings.
 
-    A dataset may define `tune_fingerprint() -> dict` (preferred; VLMDataset
-    should return its manifest hash/URL, max_tokens, image policy, decoder,
-    mode). Otherwise the dataset's public plain attributes are used.
+    A dataset may define `tune_fingerprint() -> dict`. A VLMDataset is
+    described by its sources (URL + a hash of each manifest), packing
+    settings (max_tokens, max_images, mode, window), image policy, decoder and
+    cache type. Anything else by its public top-level plain attributes (dicts
+    are left out: they may hold credentials, and the "about" record is stored
+    in clear).
     """
     own = getattr(dataset, "tune_fingerprint", None)
     if callable(own):
         fp = dict(own())
+    elif hasattr(dataset, "sources") and hasattr(dataset, "plan_options") and hasattr(dataset, "policy"):
+        fp = _vlm_fingerprint(dataset)
     else:
-        fp = {k: _plain(v) for k, v in sorted(vars(dataset).items()) if not k.startswith("_")}
+        fp = {k: _plain(v) for k, v in sorted(vars(dataset).items())
+              if not k.startswith("_") and not isinstance(v, dict)}
     fp["class"] = f"{type(dataset).__module__}.{type(dataset).__qualname__}"
     return fp
+
+
+def _vlm_fingerprint(ds) -> dict:
+    sources = []
+    for src in ds.sources:
+        manifest = src.manifest.to_json().encode()
+        sources.append({"url": src.root, "manifest_sha256": hashlib.sha256(manifest).hexdigest()[:24],
+                        "samples": src.num_samples})
+    opts = getattr(ds, "options", None)
+    return {"sources": sources, "plan": _plain(ds.plan_options), "policy": _plain(ds.policy),
+            "decoder": getattr(ds, "decoder_name", None), "cache": type(getattr(ds, "cache", None)).__qualname__,
+            "defer_decode": getattr(opts, "defer_decode", None), "mode": getattr(opts, "mode", None)}
 
 
 def cache_key(machine: dict, dataset: dict, extra: dict) -> str:

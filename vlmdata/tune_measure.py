@@ -72,11 +72,18 @@ def count_batch(batch) -> tuple[int, int]:
 
 
 def default_build(dataset, settings: LoaderSettings, timeout_s: float) -> Iterable:
-    """A DataLoader (batch_size=None: the dataset yields whole batches) at `settings`."""
+    """The loader `make_loader` would build at `settings` (batch_size=None: the dataset yields batches)."""
     kwargs = settings.loader_kwargs()
     if settings.num_workers > 0:
         kwargs["timeout"] = timeout_s
-    return torch.utils.data.DataLoader(dataset, batch_size=None, **kwargs)
+    try:
+        from vlmdata.loader import make_loader
+    except ModuleNotFoundError as exc:            # a build without the dataset part
+        if exc.name != "vlmdata.loader":
+            raise
+        return torch.utils.data.DataLoader(dataset, batch_size=None, **kwargs)
+    workers = kwargs.pop("num_workers")
+    return make_loader(dataset, num_workers=workers, **kwargs)
 
 
 class LoaderRunner:
@@ -94,10 +101,14 @@ class LoaderRunner:
         self.count = count
         self.timeout_s = timeout_s
         self.calls = 0
+        # decode threads matter only where the dataset can use them (else torch's intra-op threads,
+        # which a loading pipeline barely uses): the search skips that dimension otherwise
+        self.tunes_threads = callable(getattr(dataset, "set_decode_threads", None))
 
     def measure(self, settings: LoaderSettings, plan: MeasurePlan) -> Measurement:
         self.calls += 1
         m = Measurement(settings=settings)
+        previous_threads = getattr(self.dataset, "decode_threads", None)
         if settings.num_workers == 0:
             apply_decode_threads(self.dataset, settings.decode_threads)
         gc.collect()
@@ -118,6 +129,8 @@ class LoaderRunner:
             peaks = sampler.stop()
             del it                       # shuts the workers down
             m.wall_s = time.perf_counter() - t0
+            if settings.num_workers == 0 and isinstance(previous_threads, int):
+                apply_decode_threads(self.dataset, previous_threads)   # leave the caller's dataset as it was
         m.worker_pss = [p.pss for p in peaks.workers.values()]
         m.worker_rss = [p.rss for p in peaks.workers.values()]
         m.main_growth = peaks.main_pss - base.pss if base is not None else 0

@@ -11,8 +11,9 @@ Order of the search (each step measures real runs through the runner):
    handled by centring on the cheapest candidate within `plateau_tol`);
 3. prefetch depth, then decode threads (up to CPUs / workers) at that worker
    count, each grown geometrically while it gains more than `min_gain`;
-4. confirm: the leading candidates within noise of each other are measured
-   again, interleaved, and their runs pooled;
+4. confirm: runs so far were short screening runs (`screen_fraction` of the
+   measurement time); the leading candidates within noise of each other are
+   measured again for the full time, interleaved, and their runs pooled;
 5. choose: the cheapest eligible candidate whose rate is within
    `plateau_tol` (or the measured noise, if larger) of the best. "Cheapest"
    orders by total threads, then workers, then prefetch; 0 workers (loading
@@ -44,6 +45,7 @@ class SearchSpace:
     include_zero: bool
     prefetch: tuple[int, ...]
     pin: tuple[bool, ...]
+    threads: bool = True
 
     def worker_ladder(self) -> list[int]:
         """Worker counts tried in the growth phase (the refine phase fills the gaps)."""
@@ -61,7 +63,7 @@ class SearchSpace:
 
     def threads_for(self, workers: int) -> list[int]:
         """Decode threads per worker: 1, 2, 4, ... up to the CPUs each worker has."""
-        top = max(1, self.cpu_count // max(1, workers))
+        top = max(1, self.cpu_count // max(1, workers)) if self.threads else 1
         out, t = [], 1
         while t <= top:
             out.append(t)
@@ -79,8 +81,11 @@ class SearchSpace:
         return out
 
 
-def make_space(cpu_count: int, cfg: TuneConfig, pin_available: bool) -> SearchSpace:
-    """The space for `cpu_count` CPUs: small machines also try 0 workers and one worker past the CPUs."""
+def make_space(cpu_count: int, cfg: TuneConfig, pin_available: bool, threads: bool = True) -> SearchSpace:
+    """The space for `cpu_count` CPUs: small machines also try 0 workers and one worker past the CPUs.
+
+    threads=False: the pipeline has no decode-thread setting, so only 1 thread is tried.
+    """
     cpu_count = max(1, cpu_count)
     max_workers = cpu_count + 1 if cpu_count <= 8 else cpu_count
     prefetch, p = [], 2
@@ -89,7 +94,8 @@ def make_space(cpu_count: int, cfg: TuneConfig, pin_available: bool) -> SearchSp
         p *= 2
     tune_pin = pin_available if cfg.tune_pin_memory is None else cfg.tune_pin_memory
     return SearchSpace(cpu_count=cpu_count, max_workers=max_workers, include_zero=cpu_count <= 4,
-                       prefetch=tuple(prefetch), pin=(False, True) if tune_pin else (pin_available,))
+                       prefetch=tuple(prefetch), pin=(False, True) if tune_pin else (pin_available,),
+                       threads=threads)
 
 
 class OutOfTime(Exception):
@@ -158,8 +164,10 @@ class AdaptiveSearch:
             return cand
         best = self.best_rate()
         stop_below = best * (1 - self.cfg.early_stop) if early and best > 0 else None
+        full = phase == "confirm"
         plan = MeasurePlan(objective=self.objective, warmup_batches=self.cfg.warmup_batches,
-                           measure_s=self.cfg.measure_s, min_batches=self.cfg.min_batches,
+                           measure_s=self.cfg.measure_s * (1.0 if full else self.cfg.screen_fraction),
+                           min_batches=self.cfg.min_batches,
                            max_batches=self.cfg.max_batches, stop_below=stop_below)
         m = self.runner.measure(settings, plan)
         m.phase = phase

@@ -105,6 +105,8 @@ class TuneConfig:
     min_gain: a larger worker count must beat the best so far by this fraction to keep growing.
     plateau_tol: candidates within this fraction of the best count as equal; the cheapest wins.
     early_stop: stop measuring a candidate once it is clearly (> this fraction) below the best.
+    screen_fraction: exploring runs measure for this fraction of measure_s; the leaders are then
+        re-measured for the full measure_s (confirm) and all their runs pooled (successive halving).
     confirm_top: re-measure this many leading candidates (interleaved) before choosing.
     cpu_count: CPUs this loader may use (None: detected, divided by local ranks).
     objective: "tokens", "images" or "batches" per second (None: tokens if counted, else images).
@@ -118,6 +120,7 @@ class TuneConfig:
     min_gain: float = 0.05
     plateau_tol: float = 0.02
     early_stop: float = 0.25
+    screen_fraction: float = 0.5
     confirm_top: int = 2
     cpu_count: int | None = None
     objective: str | None = None

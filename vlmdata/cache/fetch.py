@@ -95,7 +95,8 @@ class DirectFetcher:
         return self._with_retries(ref, lambda: self._get_once(ref))
 
     def _get_once(self, ref: ShardRef) -> bytes:
-        data = fsutil.read_bytes(ref.url, self.storage_options)
+        # an open-ended range read is one GET on object stores (a plain cat_file may HEAD first)
+        data = fsutil.read_range(ref.url, 0, None, self.storage_options)
         verify(data, ref)
         return data
 

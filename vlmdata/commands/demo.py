@@ -10,13 +10,13 @@ def register(subparsers) -> None:
                                           "ranks with torchrun (through the cache daemon when available) and print "
                                           "real tokens/s, images/s, data-wait fraction and packing efficiency.")
     p.add_argument("--workdir", help="keep everything here (default: a temporary directory, removed at the end)")
-    p.add_argument("--samples", type=int, default=400, help="corpus size")
+    p.add_argument("--samples", type=int, default=200, help="corpus size")
     p.add_argument("--steps", type=int, default=30, help="training steps")
     p.add_argument("--nproc", type=int, default=2, help="local ranks")
     p.add_argument("--corpus", choices=("auto", "gen_raw", "builtin"), default="auto",
                    help="auto: ../shared/bench/gen_raw.py when present, else the built-in generator")
     p.add_argument("--image-size", type=int, default=56, help="fixed image side in pixels (multiple of 14)")
-    p.add_argument("--max-tokens", type=int, default=2048, help="tokens per pack")
+    p.add_argument("--max-tokens", type=int, default=1024, help="tokens per pack")
     p.add_argument("--model", choices=("tiny", "small", "base"), default="small")
     p.add_argument("--num-workers", type=int, default=1, help="DataLoader workers per rank")
     p.add_argument("--no-daemon", action="store_true", help="read shards directly, without the cache daemon")

@@ -173,8 +173,12 @@ def prepare_image(data: bytes, opts: ImageOptions) -> EncodedImage:
     return EncodedImage(data=out, ext="jpg", width=size[0], height=size[1])
 
 
-def decode_resized(data: bytes, target: tuple[int, int]):
-    """Decode to an RGB PIL image of exactly `target` (w, h), using JPEG draft mode and reduce."""
+def decode_resized(data: bytes, target: tuple[int, int], resample: str = "bicubic"):
+    """Decode to an RGB PIL image of exactly `target` (w, h), using JPEG draft mode and reduce.
+
+    `resample` is "bicubic" (memmap images) or "area" (Pillow's BOX filter, the
+    equivalent of OpenCV's INTER_AREA that img2dataset uses to downscale).
+    """
     from PIL import Image
 
     im = Image.open(io.BytesIO(data))
@@ -183,13 +187,13 @@ def decode_resized(data: bytes, target: tuple[int, int]):
     if im.mode != "RGB":
         im = im.convert("RGB")
     if im.size != target:
-        im = im.resize(target, Image.BICUBIC, reducing_gap=2.0)
+        im = im.resize(target, Image.BOX if resample == "area" else Image.BICUBIC, reducing_gap=2.0)
     return im
 
 
 def reencode_jpeg(data: bytes, target: tuple[int, int], quality: int) -> tuple[bytes, tuple[int, int]]:
-    """Resize to `target` (w, h) and encode as JPEG."""
-    im = decode_resized(data, target)
+    """Downscale to `target` (w, h) with the area filter and encode as JPEG."""
+    im = decode_resized(data, target, resample="area")
     buf = io.BytesIO()
     im.save(buf, format="JPEG", quality=quality)
     return buf.getvalue(), im.size

@@ -239,7 +239,9 @@ def index_shard(task: _ShardTask) -> dict:
                      bytes=outer.pos, crc32=outer.crc & 0xFFFFFFFF, files=[task.name])
     if len(index):
         index.save(fsutil.join(task.root, info.index), task.storage_options)
-        if not is_gzip(task.name):
+        if any(c.isspace() for members in samples for m in members for c in m.name):
+            stats["no_dali_index"] = "member names with whitespace cannot be written to a DALI .idx"
+        elif not is_gzip(task.name):
             info.dali_index = f"{stem}.idx"
             fsutil.atomic_write_bytes(fsutil.join(task.root, info.dali_index), format_index(samples),
                                       task.storage_options)

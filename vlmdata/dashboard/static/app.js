@@ -1,7 +1,7 @@
 // vlmdata dashboard: polls /api/data and draws each chart on a canvas (no libraries).
 // Every chart element exposes what it shows for tests and scripts:
 //   data-chart (id), data-lines (number of lines), data-points (points of its longest line),
-//   data-latest (JSON: line name -> latest value or null).
+//   data-latest (JSON: line name -> latest value or null), data-max (largest value of any line).
 "use strict";
 
 const COLORS = ["#4dabf7", "#ffa94d", "#69db7c", "#f783ac", "#b197fc", "#ffd43b", "#63e6be", "#ff8787"];
@@ -66,6 +66,7 @@ function draw(chart) {
     tfirst = Math.min(tfirst, t);
     if (v !== null) vmax = Math.max(vmax, v);
   }
+  c.el.dataset.max = String(vmax);
   if (!tmax) { tmax = Date.now() / 1000; tfirst = tmax; }
   // the window grows with the data (a fresh run fills the chart) up to WINDOW_SECONDS
   const span = Math.min(WINDOW_SECONDS, Math.max(MIN_WINDOW_SECONDS, tmax - tfirst));

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Loader throughput: 336x336 images/s delivered to the training process with 2 DataLoader workers.
+
+    python tools/bench_loader.py [--samples 600] [--workers 2] [--cache DIR]
+
+vlmdata: VLMDataset (Pillow-SIMD, JPEG draft mode, packing) + make_loader.
+Baseline, what users run today, on the same tar shards: webdataset + STOCK
+Pillow + DataLoader decoding each image at full size, resizing it to
+336x336 and making a uint8 tensor. Stock Pillow is installed once into a
+separate directory (`pip install --target <cache>/stock-pillow Pillow`) and
+the baseline runs in a subprocess with PYTHONPATH pointing there.
+Also reported: the single-core draft-mode JPEG decode rate (decode + resize to
+336) and the second target, 70 % of that rate times the number of workers.
+Targets (issue 3): >= 3x the baseline, >= 0.7 x single-core rate x workers.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import io
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+GEN_RAW = "/work/shared/bench/gen_raw.py"
+SIZE = 336
+
+
+def machine() -> str:
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, Python {platform.python_version()}"
+
+
+# ---- the baseline (runs in a subprocess with stock Pillow first on sys.path) -----------------------
+def baseline(shards: list[str], workers: int) -> dict:
+    import PIL
+    import torch
+    import webdataset as wds
+    from PIL import Image
+    from torch.utils.data import DataLoader
+
+    def to_tensors(sample: dict) -> dict:
+        images = []
+        for key in sorted(k for k in sample if k.endswith(".jpg")):
+            img = Image.open(io.BytesIO(sample[key])).convert("RGB").resize((SIZE, SIZE), Image.BILINEAR)
+            images.append(torch.from_numpy(np.asarray(img)).permute(2, 0, 1).contiguous())
+        tokens = np.load(io.BytesIO(sample["tok.npy"]))
+        return {"images": images, "input_ids": torch.from_numpy(tokens[0].astype(np.int64))}
+
+    ds = wds.WebDataset(shards, shardshuffle=False, empty_check=False).map(to_tensors)
+    loader = DataLoader(ds, batch_size=None, num_workers=workers, collate_fn=lambda x: x)
+    return _measure(loader, lambda s: len(s["images"])) | {"pil": PIL.__version__}
+
+
+def _measure(loader, count) -> dict:
+    """Images/s after the first item (worker start-up excluded)."""
+    it = iter(loader)
+    first = next(it)
+    n0 = count(first)
+    t0 = time.perf_counter()
+    n = 0
+    for item in it:
+        n += count(item)
+    dt = time.perf_counter() - t0
+    return {"images": n, "seconds": dt, "images_per_s": n / dt if dt else 0.0, "first_images": n0}
+
+
+# ---- vlmdata ---------------------------------------------------------------------------------------
+def vlmdata_run(root: str, workers: int) -> dict:
+    import PIL
+
+    from vlmdata import DatasetOptions, VLMDataset, make_loader
+
+    ds = VLMDataset(root, seed=0, max_tokens=8192, max_images=16, image_size=SIZE, rank=0, world_size=1,
+                    decoder="pillow", options=DatasetOptions(window_shards=4))
+    loader = make_loader(ds, num_workers=workers, pin_memory=False)
+    return _measure(loader, lambda b: int(b["pixel_values"].shape[0])) | {"pil": PIL.__version__}
+
+
+def single_core_rate(root: str, limit: int = 400) -> dict:
+    """Draft-mode decode + resize to 336x336 of the corpus' JPEGs, in this process (one core)."""
+    from vlmdata.decode.pillow import PillowDecoder
+    from vlmdata.formats.index import SampleIndex
+    from vlmdata.formats.manifest import Manifest
+    from vlmdata.formats.tario import member_bytes
+
+    manifest = Manifest.load(root)
+    images = []
+    for info in manifest.shards:
+        data = open(os.path.join(root, info.name), "rb").read()
+        ix = SampleIndex.load(os.path.join(root, info.index))
+        images += [bytes(member_bytes(data, int(o), int(s))) for o, s in zip(ix.img_offset, ix.img_size)]
+        if len(images) >= limit:
+            break
+    images = images[:limit]
+    dec = PillowDecoder()
+    dec.decode_one(images[0], SIZE, SIZE)
+    t0, c0 = time.perf_counter(), time.process_time()
+    for data in images:
+        dec.decode_one(data, SIZE, SIZE)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"images": len(images), "images_per_s_wall": len(images) / wall, "images_per_s_cpu": len(images) / cpu}
+
+
+# ---- set-up ----------------------------------------------------------------------------------------
+def prepare(cache: str, samples: int) -> tuple[str, str]:
+    raw = os.path.join(cache, f"genraw-llava-{samples}")
+    if not os.path.exists(os.path.join(raw, "data.jsonl")):
+        print(f"making the corpus: gen_raw.py {raw} --samples {samples} (once, cached)")
+        subprocess.run([sys.executable, GEN_RAW, raw, "--samples", str(samples), "--seed", "0"], check=True)
+    root = os.path.join(cache, f"shards-wds-{samples}")
+    if not os.path.exists(os.path.join(root, "manifest.json")):
+        from vlmdata.ingest import shard_dataset
+        from vlmdata.ingest.shard import ShardConfig
+
+        print(f"sharding it with vlmdata.ingest.shard_dataset -> {root} (once, cached)")
+        shard_dataset(ShardConfig(inputs=[raw], output=root, format="wds", max_samples_per_shard=50, workers=2))
+    return raw, root
+
+
+def stock_pillow(cache: str) -> str:
+    target = os.path.join(cache, "stock-pillow")
+    if not glob.glob(os.path.join(target, "PIL", "__init__.py")):
+        print(f"installing stock Pillow into {target} (once)")
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        "--target", target, "--no-deps", "Pillow"], check=True)
+    return target
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--samples", type=int, default=600)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--cache", default=os.environ.get("VLMDATA_BENCH_CACHE", "/tmp/vlmdata-bench"))
+    ap.add_argument("--repeats", type=int, default=2, help="alternate runs of each pipeline; best kept")
+    ap.add_argument("--baseline-worker", nargs="*", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.baseline_worker is not None:
+        print(json.dumps(baseline(a.baseline_worker, a.workers)))
+        return
+    os.makedirs(a.cache, exist_ok=True)
+    _, root = prepare(a.cache, a.samples)
+    stock = stock_pillow(a.cache)
+    import PIL
+    import torch
+    import webdataset
+
+    shards = sorted(glob.glob(os.path.join(root, "*.tar")))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([stock, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    cmd = [sys.executable, os.path.abspath(__file__), "--workers", str(a.workers), "--baseline-worker", *shards]
+    ours, base = [], []
+    for _ in range(a.repeats):
+        out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+        base.append(json.loads(out.strip().splitlines()[-1]))
+        ours.append(vlmdata_run(root, a.workers))
+    single = single_core_rate(root)
+    b = max(base, key=lambda r: r["images_per_s"])
+    o = max(ours, key=lambda r: r["images_per_s"])
+    target2 = 0.7 * single["images_per_s_cpu"] * a.workers
+    print(f"machine: {machine()}")
+    print(f"versions: torch {torch.__version__}, webdataset {getattr(webdataset, '__version__', '?')}, "
+          f"vlmdata PIL {PIL.__version__} (Pillow-SIMD: {'.post' in PIL.__version__}), baseline PIL {b['pil']}")
+    print(f"data: {len(shards)} tar shards of {root}, {a.samples} gen_raw samples; {a.workers} DataLoader workers; "
+          f"images resized to {SIZE}x{SIZE} uint8")
+    print(f"baseline (webdataset + stock Pillow + DataLoader): {b['images_per_s']:.1f} images/s "
+          f"(runs: {[round(r['images_per_s'], 1) for r in base]})")
+    print(f"vlmdata (VLMDataset + make_loader):                 {o['images_per_s']:.1f} images/s "
+          f"(runs: {[round(r['images_per_s'], 1) for r in ours]})")
+    print(f"single-core draft-mode decode+resize: {single['images_per_s_cpu']:.1f} images/s per CPU-second "
+          f"({single['images_per_s_wall']:.1f} wall); 70% x {a.workers} workers = {target2:.1f} images/s")
+    print(f"RESULT ratio {o['images_per_s'] / b['images_per_s']:.2f}x (target >= 3x); "
+          f"vlmdata / (0.7 x single-core x workers) = {o['images_per_s'] / target2:.2f} (target >= 1)")
+
+
+if __name__ == "__main__":
+    main()
