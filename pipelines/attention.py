@@ -101,19 +101,22 @@ def reference_varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
     if any(n < 0 for n in lengths):
         raise ValueError("cu_seqlens must be non-decreasing")
-    qh, kh, vh = (t.transpose(0, 1) for t in (q, k, v))  # [H, T, D]
+    # SDPA gets 4-D [batch, H, L, D] inputs: on CPU, 3-D inputs miss the fused (flash) kernel and
+    # fall back to the math path, several times slower.
     nonzero = [n for n in lengths if n]
     if nonzero and len(nonzero) == len(lengths) and min(lengths) == max(lengths):
         n, size = len(lengths), lengths[0]
-        heads, _, dim = qh.shape
-        qb, kb, vb = (t.reshape(heads, n, size, dim).transpose(0, 1) for t in (qh, kh, vh))  # [n, H, L, D]
+        qb, kb, vb = (t.reshape(n, size, *t.shape[1:]).transpose(1, 2) for t in (q, k, v))  # [n, H, L, D]
         out = F.scaled_dot_product_attention(qb, kb, vb, is_causal=causal)
-        return out.transpose(0, 1).reshape(heads, n * size, dim).transpose(0, 1)
+        return out.transpose(1, 2).reshape(q.shape[0], *out.shape[1:2], out.shape[-1])
+    # split (not slicing): its backward is one concatenation, where per-segment slices would each
+    # scatter their gradient into a zero tensor of the whole pack.
     parts = []
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        if b > a:
-            parts.append(F.scaled_dot_product_attention(qh[:, a:b], kh[:, a:b], vh[:, a:b], is_causal=causal))
-    return torch.cat(parts, dim=1).transpose(0, 1)
+    for qs, ks, vs in zip(*(t.split(lengths) for t in (q, k, v))):
+        if qs.shape[0]:
+            qs, ks, vs = (x.transpose(0, 1).unsqueeze(0) for x in (qs, ks, vs))  # [1, H, L, D]
+            parts.append(F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal)[0].transpose(0, 1))
+    return torch.cat(parts, dim=0)
 
 
 def dense_masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -39,6 +39,7 @@ class DemoConfig:
     num_workers: int = 1
     daemon: bool = True
     keep: bool = False
+    dataset: str | None = None        # an already sharded dataset: skip generation and sharding
     extra_train_args: list[str] = field(default_factory=list)
 
 
@@ -166,11 +167,15 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     daemon = None
     try:
         t0 = time.perf_counter()
-        corpus = make_corpus(cfg, raw)
-        print(f"[1/3] corpus: {cfg.samples} samples from {corpus} in {raw}", flush=True)
-        shard(raw, data, cfg.image_size)
+        if cfg.dataset:
+            data, corpus = cfg.dataset, f"existing dataset {cfg.dataset}"
+            print(f"[1-2/3] using the sharded dataset {data}", flush=True)
+        else:
+            corpus = make_corpus(cfg, raw)
+            print(f"[1/3] corpus: {cfg.samples} samples from {corpus} in {raw}", flush=True)
+            shard(raw, data, cfg.image_size)
+            print(f"[2/3] sharded into {data} ({time.perf_counter() - t0:.1f} s with generation)", flush=True)
         shard_seconds = time.perf_counter() - t0
-        print(f"[2/3] sharded into {data} ({shard_seconds:.1f} s with generation)", flush=True)
         if cfg.daemon and daemon_available():
             daemon = CacheDaemonProcess(workdir)
         where = f"through the cache daemon at {daemon.socket}" if daemon else "reading shards directly"

@@ -41,6 +41,7 @@ from torch import nn
 from pipelines.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from pipelines.data import BatchSource, DataOptions, DatasetSource, model_fields_for
 from pipelines.model import IGNORE, TinyVLM, VLMConfig, image_grids, param_checksum
+from vlmdata import fsutil
 from vlmdata.metrics import MetricSet, StatsDelta
 
 log = logging.getLogger("pipelines.train")
@@ -278,8 +279,7 @@ class Trainer:
         result = self.summary()
         if cfg.out_dir:
             path = os.path.join(cfg.out_dir, f"result.rank{info.rank}.json")
-            with open(path, "w") as f:
-                json.dump(result, f, indent=1)
+            fsutil.atomic_write_bytes(path, json.dumps(result, indent=1).encode())
         return result
 
     def _open_steps_file(self):
@@ -312,6 +312,8 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if info.device.type == "cuda":
+            torch.cuda.synchronize(info.device)  # the step's kernels belong to this step's time
         elapsed = time.perf_counter() - t0
         self.metrics.observe_wait(wait, info.rank)
         self.metrics.observe_step(elapsed, info.rank)

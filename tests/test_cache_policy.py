@@ -69,6 +69,12 @@ def test_access_plan_tolerates_skips_and_unplanned_gets():
     assert p.consume("c") and p.pos == 3  # "b" skipped (e.g. a failed shard)
     assert not p.consume("zzz") and p.pos == 3  # unplanned: position unchanged
     assert p.next_use("a") == 1 and p.next_use("b") == float("inf")
+    q = AccessPlan(["a", "b", "a", "c"], slack=4)
+    assert q.consume("a") and q.consume("b")
+    assert not q.consume("b") and q.pos == 2  # a re-read of b: not a jump ahead
+    assert q.consume("a") and q.pos == 3  # the planned next access
+    r = AccessPlan(["a", "b", "c", "a"], slack=4)
+    assert r.consume("a") and not r.consume("a") and r.pos == 1  # repeat of a, not its use at 3
 
 
 class CountingFetcher(DirectFetcher):

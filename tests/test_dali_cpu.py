@@ -116,5 +116,6 @@ def test_dataloader_workers_build_their_own_pipeline(images):
     assert dec.runner.built  # built in the parent before the fork: children must rebuild, not reuse
     loader = torch.utils.data.DataLoader(_DecodeDataset(dec, data, sizes), batch_size=None, num_workers=2,
                                          multiprocessing_context="fork")
-    got = {int(i): s for i, s, built in loader}
-    assert got == expected
+    rows = list(loader)
+    assert {int(i): s for i, s, _ in rows} == expected
+    assert all(built for _, _, built in rows)

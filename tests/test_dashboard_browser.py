@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from metrics_fixtures import build_sharded_corpus, moto_s3, parse_dom, run_chromium, upload_dir
+from metrics_fixtures import build_sharded_corpus, chromium, moto_s3, parse_dom, run_chromium, upload_dir
 from PIL import Image
 
 from vlmdata.dashboard import CHARTS, Dashboard, DashboardConfig
@@ -162,3 +162,9 @@ def run_pipeline_and_browser(ds, loader, daemon_metrics: MetricSet, tmp_path: Pa
         for s in servers:
             s.close()
     assert pipeline.error is None, repr(pipeline.error)
+
+
+def test_missing_chromium_is_a_clear_failure(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(pytest.fail.Exception, match="chromium not found.*apt-get install -y chromium"):
+        chromium()

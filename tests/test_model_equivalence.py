@@ -105,3 +105,31 @@ def test_dynamic_patch_layout_matches_fixed_pixels(merge):
     torch.testing.assert_close(loss_fixed, loss_dyn, rtol=1e-6, atol=1e-6)
     assert_grads_close(g_fixed, g_dyn)
     _check_pack(model, dynamic)  # and the dynamic pack splits into its samples exactly
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    from train_fixtures import make_dataset
+
+    return make_dataset(str(tmp_path_factory.mktemp("corpus")), samples=60, seed=1)
+
+
+@pytest.mark.parametrize("image_size", [28, "dynamic"])
+@pytest.mark.parametrize("backend", ["reference", "torch", "flash"])
+def test_dataset_packs_equal_samples_one_by_one(dataset, image_size, backend):
+    """Packs made by VLMDataset (fixed and dynamic resolution) split into their samples exactly."""
+    _backend_or_skip(backend)
+    from train_fixtures import load_packs
+
+    from pipelines.data import DataOptions, model_fields_for
+
+    fields = model_fields_for(DataOptions(data=dataset, image_size=image_size))
+    torch.manual_seed(0)
+    model = TinyVLM(VLMConfig.tiny(attn_backend=backend, **fields))
+    packs = [p for p in load_packs(dataset, 6, max_tokens=512, image_size=image_size)
+             if len(p["sample_keys"]) >= 2]
+    assert len(packs) >= 2
+    if image_size == "dynamic":
+        assert packs[0]["pixel_values"].dim() == 2 and "vision_cu_seqlens" in packs[0]
+    for pack in packs[:2]:
+        _check_pack(model, pack)

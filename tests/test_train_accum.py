@@ -43,3 +43,17 @@ def test_accumulation_matches_one_large_batch_synthetic():
              synthetic_pack([100, 9], [2, 1], cfg, 28, seed=2),
              synthetic_pack([12], [0], cfg, 28, seed=3)]
     _check_accumulation_matches_big_batch(model, packs)
+
+
+def test_accumulation_matches_one_large_batch_dataset(tmp_path):
+    from train_fixtures import load_packs, make_dataset
+
+    from pipelines.data import DataOptions, model_fields_for
+
+    data = make_dataset(str(tmp_path), samples=40, seed=2)
+    fields = model_fields_for(DataOptions(data=data, image_size=28))
+    torch.manual_seed(0)
+    model = TinyVLM(VLMConfig.tiny(**fields))
+    packs = load_packs(data, 3, max_tokens=512, image_size=28)
+    assert len({label_count(p) for p in packs}) > 1
+    _check_accumulation_matches_big_batch(model, packs)

@@ -112,7 +112,7 @@ def measure(packs: list[dict], model_cfg: VLMConfig, pad_id: int, warmup: int) -
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--samples", type=int, default=200)
-    ap.add_argument("--packs", type=int, default=6)
+    ap.add_argument("--packs", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--max-tokens", type=int, default=2048)
     ap.add_argument("--image-size", type=int, default=56)
@@ -138,15 +138,34 @@ def main() -> int:
         model_cfg = VLMConfig.preset(args.model, attn_backend="reference", **fields)
         packs = load_packs(data, args.packs + args.warmup, args.max_tokens, args.image_size)
         res = measure(packs, model_cfg, pad_id, args.warmup)
+        report_lines = describe(args, corpus, model_cfg, res)
+        print("\n".join(report_lines), flush=True)
+        if not args.no_demo:  # the demo's training, on the same shards
+            demo = run_demo(DemoConfig(steps=args.demo_steps, image_size=args.image_size, dataset=data))
+            text = report(demo)
+            print(text)
+            report_lines += ["", "## demo (`vlmdata demo` training defaults, 2 ranks, same shards)", "", "```",
+                             text, "```", "",
+                             f"**data-wait fraction: {100 * demo.data_wait_fraction:.1f} %** (target < 5 %)"]
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            f.write("\n".join(report_lines) + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+def describe(args: argparse.Namespace, corpus: str, model_cfg: VLMConfig, res: dict) -> list[str]:
     machine = f"{cpu_model()}, {os.cpu_count()} cores"
     versions = f"python {platform.python_version()}, torch {torch.__version__}"
     lines = [
         "# bench-train: packed + varlen vs padded batches (same model, same samples, same run)",
         "",
         f"- command: `{' '.join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:])}`",
-        f"- machine: {machine}; {versions}; torch threads {args.threads}",
+        f"- machine: {machine} (load average {os.getloadavg()[0]:.1f} at the end: shared, noisy); {versions}; "
+        f"torch threads {args.threads}",
         f"- corpus: {args.samples} samples, {corpus}; max_tokens {args.max_tokens}, images {args.image_size}px "
         f"fixed; model `{args.model}` ({sum(p.numel() for p in TinyVLM(model_cfg).parameters()) / 1e6:.1f} M params)",
         f"- measured: {res['measured_packs']} packs after {args.warmup} warm-up; the three layouts interleaved "
@@ -168,19 +187,7 @@ def main() -> int:
         f"**speed-up vs padded batches: {res['ratio']:.2f}x** (target >= 1.8x); "
         f"vs the conservative per-pack padding: {res['ratio_per_pack']:.2f}x",
     ]
-    print("\n".join(lines), flush=True)
-    if not args.no_demo:
-        demo = run_demo(DemoConfig(steps=args.demo_steps, corpus=args.corpus))
-        text = report(demo)
-        print(text)
-        lines += ["", "## demo (`vlmdata demo` defaults, 2 ranks)", "", "```", text, "```", "",
-                  f"**data-wait fraction: {100 * demo.data_wait_fraction:.1f} %** (target < 5 %)"]
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print(f"wrote {args.out}")
-    return 0
+    return lines
 
 
 if __name__ == "__main__":

@@ -159,8 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--decoder", default="pillow")
     p.add_argument("--measure-s", type=float, default=1.5)
-    p.add_argument("--rounds", type=int, default=3, help="interleaved re-measurements of pick vs best")
+    p.add_argument("--rounds", type=int, default=4, help="interleaved re-measurements of pick vs best")
     p.add_argument("--no-real", action="store_true", help="skip the real pipeline")
+    p.add_argument("--space-cpus", type=int, default=None,
+                   help="search space of the real pipeline as for this many CPUs (default: this machine's)")
     p.add_argument("--synthetic", type=int, default=0, metavar="CPUS",
                    help="also compare on the synthetic pipeline searched for CPUS CPUs (e.g. 16)")
     p.add_argument("--out", default="/tmp/team/bench-tune.md")
@@ -172,13 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-tune-") as tmp:
         if not args.no_real:
             ds = build_real_dataset(args, tmp)
-            cfg = TuneConfig(measure_s=args.measure_s, min_batches=4)
+            cfg = TuneConfig(measure_s=args.measure_s, min_batches=4, cpu_count=args.space_cpus)
             results.append(compare(f"real pipeline (VLMDataset, {args.decoder}, max_tokens {args.max_tokens}, "
                                    f"image {args.image_size})", lambda: LoaderRunner(ds), cfg,
                                    TuneBudget(time_s=600), args.rounds))
         if args.synthetic:
-            spec = SyntheticSpec(item_s=0.02, image_s=0.004, images_per_item=4,
-                                 knee=max(2, args.synthetic * 2 // 3), contention=2.0)
+            spec = SyntheticSpec(item_s=0.04, image_s=0.004, images_per_item=4,
+                                 knee=max(2, args.synthetic * 2 // 3), contention=2.0, payload_kb=1)
             cfg = TuneConfig(measure_s=0.4, min_batches=6, cpu_count=args.synthetic)
             results.append(compare(f"synthetic pipeline (known optimum {spec.knee} workers)",
                                    lambda: LoaderRunner(SyntheticDataset(spec)), cfg,

@@ -100,10 +100,9 @@ def _images_out(samples: list[PreparedSample], cfg: CollateConfig) -> dict:
         return {"pixel_values": torch.from_numpy(patches), "image_grid": torch.from_numpy(grid),
                 "vision_cu_seqlens": torch.from_numpy(cu)}
     s = policy.size
-    if images:
-        pixels = np.ascontiguousarray(np.stack(images).transpose(0, 3, 1, 2))
-    else:
-        pixels = np.zeros((0, 3, s, s), np.uint8)
+    pixels = np.empty((len(images), 3, s, s), np.uint8)
+    for i, im in enumerate(images):                 # HWC -> CHW, one copy per image
+        pixels[i] = im.transpose(2, 0, 1)
     return {"pixel_values": torch.from_numpy(pixels)}
 
 

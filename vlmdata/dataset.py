@@ -147,6 +147,7 @@ class VLMDataset(IterableDataset):
         self._decoder = None
         self._decode_threads = 1
         self._pool = None
+        self._owner_pid = os.getpid()                 # decoder and thread pool belong to this process
 
     # ---- configuration checks ---------------------------------------------------------------
     def _check_sources(self) -> None:
@@ -164,7 +165,10 @@ class VLMDataset(IterableDataset):
                     raise ValueError(f"{s.root} is a memmap dataset (already decoded): defer_decode does not apply")
 
     def _fingerprint(self, weights: list[float]) -> str:
-        desc = {"sources": [[s.root, s.num_samples, s.num_shards] for s in self.sources], "weights": weights,
+        # the shards' names and checksums identify a dataset wherever it lives (a copy moved to S3 resumes)
+        ident = [hashlib.sha1(";".join(f"{x.name}:{x.crc32}:{x.samples}" for x in s.manifest.shards).encode())
+                 .hexdigest() for s in self.sources]
+        desc = {"sources": ident, "weights": weights,
                 "plan": asdict(self.plan_options), "policy": self.policy.to_dict(), "seed": self.seed}
         return hashlib.sha1(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -233,6 +237,7 @@ class VLMDataset(IterableDataset):
 
     def _decode_images(self, decoder, images: list, sizes: list) -> list:
         n = self._decode_threads
+        self._own_process()
         if n <= 1 or len(images) < 2:
             return decoder.decode(images, sizes, self.policy)
         if self._pool is None:
@@ -253,7 +258,13 @@ class VLMDataset(IterableDataset):
             self._fetcher_pid = os.getpid()
         return self._fetcher
 
+    def _own_process(self) -> None:
+        """Drop per-process resources inherited through fork (threads and decoders do not survive it)."""
+        if self._owner_pid != os.getpid():
+            self._decoder, self._pool, self._owner_pid = None, None, os.getpid()
+
     def _get_decoder(self):
+        self._own_process()
         if self._decoder is None:
             from vlmdata.decode.select import make_decoder
 

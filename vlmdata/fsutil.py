@@ -50,12 +50,13 @@ def makedirs(url: str, storage_options: dict | None = None) -> None:
     fs.makedirs(path, exist_ok=True)
 
 
-def atomic_write_bytes(url: str, data: bytes, storage_options: dict | None = None) -> None:
+def atomic_write_bytes(url: str, data: bytes, storage_options: dict | None = None, fsync: bool = True) -> None:
     """Write `data` so that readers never see a partial object.
 
     Local files go to a temporary name in the same directory and are renamed
-    into place (after fsync). Object stores publish an object only when its
-    single PUT completes, which is already atomic.
+    into place (after fsync, unless `fsync=False`: then a killed process still
+    never leaves a torn file, but a power loss may). Object stores publish an
+    object only when its single PUT completes, which is already atomic.
     """
     if is_local(url):
         path = local_path(url)
@@ -67,7 +68,8 @@ def atomic_write_bytes(url: str, data: bytes, storage_options: dict | None = Non
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
-                os.fsync(f.fileno())
+                if fsync:
+                    os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):
@@ -85,9 +87,10 @@ class AtomicLocalFile:
     and uploaded in one PUT by `publish`.
     """
 
-    def __init__(self, url: str, storage_options: dict | None = None):
+    def __init__(self, url: str, storage_options: dict | None = None, fsync: bool = True):
         self.url = url
         self.storage_options = storage_options or {}
+        self.fsync = fsync
         if is_local(url):
             directory = os.path.dirname(os.path.abspath(local_path(url)))
             os.makedirs(directory, exist_ok=True)
@@ -99,7 +102,8 @@ class AtomicLocalFile:
     def commit(self) -> None:
         """Flush, then rename (local) or upload (remote) under the final name."""
         self.file.flush()
-        os.fsync(self.file.fileno())
+        if self.fsync:
+            os.fsync(self.file.fileno())
         self.file.close()
         try:
             if is_local(self.url):

@@ -108,7 +108,7 @@ class LoaderRunner:
     def measure(self, settings: LoaderSettings, plan: MeasurePlan) -> Measurement:
         self.calls += 1
         m = Measurement(settings=settings)
-        previous_threads = getattr(self.dataset, "decode_threads", None)
+        previous_threads = getattr(self.dataset, "decode_threads", 1)   # 1: the usual default
         if settings.num_workers == 0:
             apply_decode_threads(self.dataset, settings.decode_threads)
         gc.collect()

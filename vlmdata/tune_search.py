@@ -16,8 +16,9 @@ Order of the search (each step measures real runs through the runner):
    measured again for the full time, interleaved, and their runs pooled;
 5. choose: the cheapest eligible candidate whose rate is within
    `plateau_tol` (or the measured noise, if larger) of the best. "Cheapest"
-   orders by total threads, then workers, then prefetch; 0 workers (loading
-   in the training process, which serialises data with compute) ranks last.
+   orders by total threads, then workers, then prefetch. 0 workers (loading
+   in the training process, which serialises data with compute) is chosen
+   only when clearly faster (by min_gain and twice the noise) than that pick.
 
 Candidates are never chosen when their measured memory exceeds the budget;
 counts predicted (from per-worker memory measured so far) to exceed it by
@@ -186,12 +187,16 @@ class AdaptiveSearch:
     def choose(self, pool: list[Candidate] | None = None) -> Candidate | None:
         """The cheapest eligible candidate within tolerance of the best rate."""
         pool = [c for c in (pool if pool is not None else self.candidates.values()) if self.eligible(c)]
-        if not pool:
-            return None
-        best = max(pool, key=lambda c: c.rate(self.objective))
+        with_workers = [c for c in pool if c.settings.num_workers > 0]
+        if not with_workers:
+            return min(pool, key=lambda c: -c.rate(self.objective)) if pool else None
+        best = max(with_workers, key=lambda c: c.rate(self.objective))
         floor = best.rate(self.objective) * (1 - self.tolerance(best))
-        near = [c for c in pool if c.rate(self.objective) >= floor]
-        return min(near, key=lambda c: cost_key(c.settings))
+        near = [c for c in with_workers if c.rate(self.objective) >= floor]
+        pick = min(near, key=lambda c: cost_key(c.settings))
+        # 0 workers loads inside the training loop (serialising data with compute): only when clearly faster
+        inline = [c for c in pool if c.settings.num_workers == 0 and self.clearly_better(c, pick)]
+        return inline[0] if inline else pick
 
     # -- phases ----------------------------------------------------------------------------------
     def base(self, workers: int) -> LoaderSettings:

@@ -28,6 +28,7 @@ class AccessPlan:
         self.pos = 0
         self.slack = slack
         self._occ: dict[str, deque[int]] = {}
+        self._last: dict[str, int] = {}  # key -> position of its last consumed access
         for i, k in enumerate(self.keys):
             self._occ.setdefault(k, deque()).append(i)
 
@@ -47,11 +48,17 @@ class AccessPlan:
         return dq[0] - self.pos if dq else INF
 
     def consume(self, key: str) -> bool:
-        """Record a get of `key`; True if it was the planned access (position advanced)."""
+        """Record a get of `key`; True if it was the planned access (position advanced).
+
+        The planned next access advances by one. A re-read of a key consumed within the last
+        `slack` positions is a repeat, not a jump to its next planned use.
+        """
         d = self.next_use(key)
-        if d > self.slack:
+        if d > self.slack or (d > 0 and self._last.get(key, -self.slack - 1) >= self.pos - self.slack):
             return False
-        self.pos = self._occ[key].popleft() + 1
+        idx = self._occ[key].popleft()
+        self._last[key] = idx
+        self.pos = idx + 1
         return True
 
     def remaining(self) -> list[str]:

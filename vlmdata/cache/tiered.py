@@ -92,7 +92,8 @@ class ShardCache:
         with self._lock:
             if self.mem is not None and key not in self.mem:
                 self.mem.put(key, value)
-                self._shrink(self.mem, new_key=key)
+                self._shrink(self.mem, new_key=key, protect=True)
+                self.stats.set_bytes("memory", self.mem.used)
             self._kick()
         return value
 
@@ -182,7 +183,7 @@ class ShardCache:
         with self._lock:
             if entry is not None:
                 self.disk.insert(key, entry)
-                self._shrink(self.disk, new_key=key, protect=protect or not prefetch and not self._planned(key))
+                self._shrink(self.disk, new_key=key, protect=protect or not prefetch)
                 self.stats.set_bytes("disk", self.disk.used)
             elif prefetch and self.mem is not None:
                 self.mem.put(key, value)
@@ -216,19 +217,19 @@ class ShardCache:
             return self.remote.get(ref), None
 
     # -- eviction -------------------------------------------------------------------------------
-    def _planned(self, key: str) -> bool:
-        return self.plans.mentions(key)
-
     def _shrink(self, tier, new_key: str | None = None, protect: bool = False) -> None:
-        """Evict from `tier` until it fits its budget; pinned keys (and a protected new key) stay."""
+        """Evict from `tier` until it fits its budget; pinned keys (and a protected new key) stay.
+
+        A key a reader just asked for is always admitted (`protect`): it is in use now and the
+        reader may read it again (plans list shard visits, not every read). A prefetched key
+        competes with the residents, so Belady drops it at once if everything else is needed sooner.
+        """
         need = tier.used - tier.budget
         if need <= 0:
             return
         skip = set(self._pins) if tier is self.disk else set()
         if protect and new_key is not None:
             skip.add(new_key)
-        elif new_key is not None and not self._planned(new_key):
-            skip.add(new_key)  # a get the plan does not know: admitted, LRU decides later
         cands = [k for k in tier.entries if k not in skip]
         sizes = tier.sizes
         for victim in choose_victims(cands, sizes, need, self.policy, self.plans):

@@ -107,6 +107,7 @@ class DiskTier:
     def __init__(self, root: str, budget: int):
         os.makedirs(root, mode=0o700, exist_ok=True)
         self.root = os.path.realpath(root)
+        os.chmod(self.root, 0o700)  # cached shards are private to the cache's user
         self.budget = int(budget)
         self._lock_fd = os.open(os.path.join(self.root, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:

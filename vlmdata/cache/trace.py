@@ -28,7 +28,7 @@ def window_shuffle_trace(n_shards: int, window: int, epochs: int, seed: int = 0,
 
 
 def simulate(trace: list[int], capacity: int, policy: str) -> int:
-    """Fetches a cache of `capacity` equal-size items makes on `trace` (demand admission)."""
+    """Fetches a cache of `capacity` equal-size items makes on `trace` (every miss is admitted)."""
     keys = [str(k) for k in trace]
     plans = PlanBook()
     plans.set(0, keys)
@@ -43,9 +43,7 @@ def simulate(trace: list[int], capacity: int, policy: str) -> int:
         fetches += 1
         cache[key] = None
         if len(cache) > capacity:
-            cands = list(cache)  # under Belady the new (planned) key competes too: bypass
-            if policy != "belady":
-                cands.remove(key)
+            cands = [k for k in cache if k != key]  # a demanded key is always admitted
             victim = choose_victims(cands, dict.fromkeys(cands, 1), 1, policy, plans)[0]
             del cache[victim]
     return fetches

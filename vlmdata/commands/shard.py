@@ -34,6 +34,9 @@ def register(subparsers) -> None:
     p.add_argument("--text-column", default=None, help="caption tables: the text column")
     p.add_argument("--id-column", default=None, help="the sample id column (default: id/key, else row number)")
     p.add_argument("--storage-options", default=None, help="fsspec storage options as JSON (e.g. endpoint_url)")
+    p.add_argument("--no-fsync", action="store_true",
+                   help="do not fsync local files before renaming them (faster; a killed run still leaves no "
+                        "torn file, a power loss may)")
     p.set_defaults(func=run)
 
 
@@ -62,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
                       resume=args.resume, tokenizer=args.tokenizer, resize_max_side=args.resize_max_side,
                       quality=args.quality, max_image_pixels=args.max_image_pixels,
                       columns=ColumnSpec(image=args.image_column, text=args.text_column, id=args.id_column),
-                      storage_options=storage_options)
+                      storage_options=storage_options, fsync=not args.no_fsync)
     bar, update = _progress()
     t0 = time.perf_counter()
     try:

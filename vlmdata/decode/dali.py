@@ -7,6 +7,7 @@ token. Output is uint8 HWC, like the Pillow decoder.
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -36,11 +37,18 @@ class DaliCpuDecoder:
     def __init__(self, max_batch: int = 16, num_threads: int = 1, interp: str = "linear"):
         self.runner = DaliRunner(DaliConfig(device="cpu", max_batch=max_batch,
                                             num_threads=num_threads, interp=interp))
+        self._reported = 0
 
     @property
     def errors(self):
-        """Counts of undecodable images by reason, in this process."""
+        """Counts of undecodable images by detailed reason (empty, not_an_image, decode_error)."""
         return self.runner.errors
+
+    def pop_errors(self) -> Counter:
+        """Images rejected since the last call, as {"corrupt_image": n} (the Pillow decoder's reason)."""
+        n = sum(self.runner.errors.values()) - self._reported
+        self._reported += n
+        return Counter({"corrupt_image": n}) if n else Counter()
 
     def decode(self, images: list, sizes: list[tuple[int, int]], policy: ImagePolicy) -> list[np.ndarray | None]:
         """Per image: (H, W, 3) uint8 of `policy.target_size(w, h)`, or None when it is corrupt."""

@@ -8,9 +8,9 @@ target size, normalises on the device (mean/std, CHW float) and fills the
 PackedBatch pixel fields as torch tensors on the GPU:
 
 - fixed policy:   `pixel_values` [n_img, 3, S, S]
-- dynamic policy: `pixel_values` [total_patches, 3*patch*patch] ((C, ph, pw) per patch,
-                  row-major over each image's grid), `image_grid` int32 [n_img, 2] (rows, cols),
-                  `vision_cu_seqlens` int32 [n_img + 1]
+- dynamic policy: `pixel_values` [total_patches, 3*patch*patch] in the layout of
+                  `decode.patches.flatten_patches`, `image_grid` int32 [n_img, 3] (t=1, rows, cols),
+                  `vision_cu_seqlens` int32 [n_img + 1] (the collate layout, normalised floats)
 
 A corrupt image does not fail the pack: its pixels become zeros (so every
 shape the planner counted stays the same), the sample that owns it loses its
@@ -20,6 +20,7 @@ loss (labels -100), and it is counted in `batch["stats"]["skipped"]["corrupt_ima
 """
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -30,12 +31,18 @@ from vlmdata.decode.dali import target_hw
 from vlmdata.decode.dali_pipeline import DaliConfig, DaliRunner, Normalization
 from vlmdata.decode.policy import DynamicPolicy, ImagePolicy
 
+log = logging.getLogger(__name__)
+
 SKIP_REASON = "corrupt_image"
 
 
 @dataclass(frozen=True)
 class GpuStageOptions:
-    """device: "mixed" (GPU decode) or "cpu"; dtype: torch dtype name of pixel_values."""
+    """device: "mixed" (GPU decode) or "cpu"; dtype: torch dtype name of pixel_values.
+
+    image_token_id: the tokenizer's IMAGE id, used to find which sample owns a corrupt
+    image when the pack carries no `image_counts`.
+    """
 
     device: str = "mixed"
     device_id: int = 0
@@ -44,6 +51,7 @@ class GpuStageOptions:
     dtype: str = "bfloat16"
     interp: str = "linear"
     normalize: Normalization = field(default_factory=Normalization)
+    image_token_id: int | None = None
 
 
 @dataclass
@@ -56,11 +64,18 @@ class DecodedImages:
     bad: list[int]
 
 
-def patchify(img: torch.Tensor, patch: int) -> torch.Tensor:
-    """[C, H, W] -> [gh*gw, C*patch*patch], (C, ph, pw) per patch, row-major over the grid."""
+def patchify(img: torch.Tensor, patch: int, merge: int = 1) -> torch.Tensor:
+    """[C, H, W] -> [gh*gw, C*patch*patch]: the layout of `vlmdata.decode.patches.flatten_patches`.
+
+    Rows go merge-block by merge-block (each merge x merge block of neighbouring
+    patches contiguous, blocks row-major), each row channel-major (C, py, px).
+    Torch ops only, so it runs where the tensor lives (GPU).
+    """
     c, h, w = img.shape
     gh, gw = h // patch, w // patch
-    return img.reshape(c, gh, patch, gw, patch).permute(1, 3, 0, 2, 4).reshape(gh * gw, c * patch * patch)
+    x = img.reshape(c, gh // merge, merge, patch, gw // merge, merge, patch)
+    # (c, block row, row in block, py, block col, col in block, px) -> (br, bc, rib, cib, c, py, px)
+    return x.permute(1, 4, 2, 5, 0, 3, 6).reshape(gh * gw, c * patch * patch)
 
 
 def _torch_dtype(name: str) -> torch.dtype:
@@ -109,12 +124,12 @@ class DaliGpuStage:
             s = self.policy.size
             pv = torch.stack(chw) if chw else torch.zeros((0, 3, s, s), dtype=self.dtype, device=self.torch_device)
             return DecodedImages(pv, None, None, bad)
-        p = self.policy.patch
-        grid = torch.tensor([[h // p, w // p] for h, w in hw], dtype=torch.int32).reshape(-1, 2)
-        counts = grid[:, 0] * grid[:, 1]
+        p, m = self.policy.patch, self.policy.merge
+        grid = torch.tensor([[1, h // p, w // p] for h, w in hw], dtype=torch.int32).reshape(-1, 3)
+        counts = grid[:, 1] * grid[:, 2]
         cu = torch.zeros(len(hw) + 1, dtype=torch.int32)
         cu[1:] = torch.cumsum(counts, 0)
-        pv = (torch.cat([patchify(x, p) for x in chw]) if chw
+        pv = (torch.cat([patchify(x, p, m) for x in chw]) if chw
               else torch.zeros((0, 3 * p * p), dtype=self.dtype, device=self.torch_device))
         return DecodedImages(pv, grid.to(self.torch_device), cu.to(self.torch_device), bad)
 
@@ -128,16 +143,19 @@ class DaliGpuStage:
             batch["image_grid"] = dec.image_grid
             batch["vision_cu_seqlens"] = dec.vision_cu_seqlens
         if dec.bad:
-            self._drop_bad(batch, dec.bad)
+            self._drop_bad(batch, dec.bad, np.asarray(image_sizes, dtype=np.int64).reshape(-1, 2))
         return batch
 
-    def _drop_bad(self, batch: dict, bad: list[int]) -> None:
-        owners = image_owners(batch)
+    def _drop_bad(self, batch: dict, bad: list[int], sizes: np.ndarray) -> None:
+        owners = image_owners(batch, self.policy, sizes, self.options.image_token_id)
+        if owners is None:
+            log.warning("pack has no image_counts and no image_token_id is configured: %d corrupt image(s) "
+                        "zeroed but their samples keep their loss", len(bad))
         samples = sorted({int(owners[i]) for i in bad}) if owners is not None else []
-        if "labels" in batch and "cu_seqlens" in batch:
-            cu = batch["cu_seqlens"]
-            for s in samples:
-                batch["labels"][int(cu[s]):int(cu[s + 1])] = -100
+        if samples and "labels" in batch and "cu_seqlens" in batch:
+            cu = batch["cu_seqlens"].tolist()
+            for k in samples:
+                batch["labels"][cu[k]:cu[k + 1]] = -100
         n = len(samples) if owners is not None else len(bad)
         self.skipped[SKIP_REASON] += n
         stats = batch.get("stats")
@@ -147,13 +165,28 @@ class DaliGpuStage:
             if "samples" in stats:
                 stats["samples"] = max(0, stats["samples"] - n)
         keys = batch.get("sample_keys")
-        batch["bad_samples"] = [keys[s] for s in samples] if keys is not None else samples
+        batch["bad_samples"] = [keys[k] for k in samples] if keys is not None else samples
 
 
-def image_owners(batch: dict) -> np.ndarray | None:
-    """Index of the sample owning each image, from `image_counts` (images per sample), if present."""
-    counts = batch.get("image_counts")
-    if counts is None:
+def _numpy(x) -> np.ndarray:
+    return np.asarray(x.cpu() if isinstance(x, torch.Tensor) else x, dtype=np.int64)
+
+
+def image_owners(batch: dict, policy: ImagePolicy, sizes: np.ndarray, image_token_id: int | None) -> np.ndarray | None:
+    """Index of the sample owning each image.
+
+    From `image_counts` (images per sample) when the pack carries it; else from where each
+    image's run of `image_token_id` tokens starts in `input_ids` (each image holds
+    `policy.tokens(w, h)` consecutive tokens) and `cu_seqlens`. None when neither is known.
+    """
+    if "image_counts" in batch:
+        counts = _numpy(batch["image_counts"])
+        return np.repeat(np.arange(len(counts)), counts)
+    if image_token_id is None or "input_ids" not in batch or "cu_seqlens" not in batch:
         return None
-    counts = np.asarray(counts.cpu() if isinstance(counts, torch.Tensor) else counts, dtype=np.int64)
-    return np.repeat(np.arange(len(counts)), counts)
+    positions = np.flatnonzero(_numpy(batch["input_ids"]) == image_token_id)
+    per_image = np.asarray(policy.tokens(sizes[:, 0], sizes[:, 1]), dtype=np.int64).reshape(-1)
+    firsts = np.concatenate([[0], np.cumsum(per_image)[:-1]]).astype(np.int64)
+    if len(per_image) and int(per_image.sum()) != len(positions):
+        raise ValueError(f"pack has {len(positions)} image tokens but its images need {int(per_image.sum())}")
+    return np.searchsorted(_numpy(batch["cu_seqlens"]), positions[firsts], side="right") - 1

@@ -14,9 +14,11 @@ returns None for it, so a corrupt image costs exactly itself.
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import re
+import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -110,6 +112,7 @@ class DaliRunner:
         self.cfg = cfg
         self._pipe = None
         self._pid: int | None = None
+        self._lock = threading.Lock()
         self.errors: Counter = Counter()
         self.runs = 0
 
@@ -125,6 +128,9 @@ class DaliRunner:
 
     def _pipeline(self):
         if not self.built:
+            if self._pipe is not None:
+                _abandon_inherited(self._pipe)
+            self._pipe = None
             self._pipe = build_pipeline(self.cfg)
             self._pid = os.getpid()
         return self._pipe
@@ -134,6 +140,8 @@ class DaliRunner:
         """Decode each image to its (height, width); `convert(dali_tensor)` copies one result out.
 
         Returns a list aligned with `encoded`, None where the image could not be decoded.
+        Thread-safe: concurrent calls take turns on the one pipeline (DALI's own threads
+        give the parallelism; see `DaliConfig.num_threads`).
         """
         if len(encoded) != len(hw):
             raise ValueError(f"{len(encoded)} images but {len(hw)} target sizes")
@@ -148,8 +156,9 @@ class DaliRunner:
             else:
                 good.append(i)
         step = self.cfg.max_batch
-        for start in range(0, len(good), step):
-            self._isolate(good[start:start + step], arrays, hw, convert, out)
+        with self._lock:
+            for start in range(0, len(good), step):
+                self._isolate(good[start:start + step], arrays, hw, convert, out)
         return out
 
     def _isolate(self, idx: list[int], arrays, hw, convert, out: list) -> None:
@@ -180,6 +189,22 @@ class DaliRunner:
             log.warning("DALI could not decode an image (%s, e.g. input #%d: %s); "
                         "such images are returned as None", reason, index, detail)
         self.errors[reason] += 1
+
+
+def _abandon_inherited(pipe) -> None:
+    """Never destroy a pipeline inherited through fork.
+
+    Its worker threads exist only in the parent, so shutting it down in the child
+    (its `__del__`, or DALI's atexit hook) waits forever. Keep one extra reference so
+    it is never freed, and take it off DALI's at-exit list; it only costs the
+    copy-on-write memory the child already shares with its parent.
+    """
+    import weakref
+
+    from nvidia.dali.pipeline import Pipeline
+
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(pipe))
+    Pipeline._pipes.discard(weakref.ref(pipe))
 
 
 def _failed_sample(e: Exception) -> int | None:

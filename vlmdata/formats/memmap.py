@@ -41,12 +41,14 @@ def memmap_names(stem: str) -> tuple[str, str]:
 class MemmapPartWriter:
     """Writes one memmap shard; images stream to disk, tokens and meta are kept until close."""
 
-    def __init__(self, root: str, stem: str, image_size: int, storage_options: dict | None = None):
+    def __init__(self, root: str, stem: str, image_size: int, storage_options: dict | None = None,
+                 fsync: bool = True):
         self.root = root
+        self.fsync = fsync
         self.image_size = image_size
         self.storage_options = storage_options or {}
         self.data_name, self.index_name = memmap_names(stem)
-        self._file = fsutil.AtomicLocalFile(fsutil.join(root, self.data_name), self.storage_options)
+        self._file = fsutil.AtomicLocalFile(fsutil.join(root, self.data_name), self.storage_options, fsync)
         self._crc = 0
         self._size = 0
         self._n_images = 0
@@ -120,7 +122,8 @@ class MemmapPartWriter:
         self._write(TRAILER.pack(MAGIC, len(footer)))
         index = self._builder.build()
         self._file.commit()
-        index.save(fsutil.join(self.root, self.index_name), self.storage_options)
+        fsutil.atomic_write_bytes(fsutil.join(self.root, self.index_name), index.to_bytes(), self.storage_options,
+                                  self.fsync)
         return ShardInfo(name=self.data_name, index=self.index_name, samples=len(index),
                          images=index.n_image_total, bytes=self._size, crc32=self._crc & 0xFFFFFFFF,
                          dali_index=None, files=[self.data_name])

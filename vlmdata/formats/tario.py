@@ -1,7 +1,6 @@
 """Writing tar shards with known member offsets, and reading members back by offset."""
 from __future__ import annotations
 
-import io
 import tarfile
 import time
 from dataclasses import dataclass
@@ -21,29 +20,53 @@ class TarShardWriter:
 
     Members are regular files with fixed metadata (mode 0444, mtime of the
     writer's creation, uid/gid 0) so that the same input gives the same bytes.
+    Headers come from `tarfile.TarInfo.tobuf` (USTAR) and the data is written
+    in one call per member: byte-identical to `tarfile.open(mode="w|")`
+    output, without its 10 KiB re-buffering of every member (several times faster).
     """
 
     def __init__(self, fileobj, mtime: float | None = None):
-        self._tar = tarfile.open(fileobj=fileobj, mode="w|", format=tarfile.USTAR_FORMAT)
+        self._f = fileobj
         self._mtime = int(mtime if mtime is not None else time.time())
+        self._offset = 0
 
     @property
     def offset(self) -> int:
-        return self._tar.offset
+        return self._offset
+
+    def _header(self, name: str, size: int) -> bytes:
+        raw = name.encode("utf-8", "surrogateescape")
+        if len(raw) > 100 or size >= 8 ** 11:  # long names / huge members: tarfile's general path
+            info = tarfile.TarInfo(name)
+            info.size = size
+            info.mtime = self._mtime
+            info.mode = 0o444
+            info.uname = info.gname = ""
+            return info.tobuf(tarfile.USTAR_FORMAT, tarfile.ENCODING, "surrogateescape")
+        # the same bytes tarfile writes for this fixed metadata, built directly (it is the hot path)
+        head = (raw.ljust(100, b"\0") + b"0000444\0" + b"0000000\0" + b"0000000\0"
+                + b"%011o\0" % size + b"%011o\0" % self._mtime)
+        tail = b"0" + b"\0" * 100 + b"ustar\x0000" + b"\0" * (64 + 16 + 167)
+        chksum = sum(head) + sum(tail) + 8 * 32
+        return head + b"%06o\0 " % chksum + tail
 
     def add(self, name: str, data: bytes) -> MemberLocation:
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        info.mtime = self._mtime
-        info.mode = 0o444
-        info.uname = info.gname = ""
-        header = self._tar.offset
-        self._tar.addfile(info, io.BytesIO(data))
-        data_offset = self._tar.offset - _padded(len(data))
-        return MemberLocation(header=header, data=data_offset, size=len(data))
+        header = self._header(name, len(data))
+        start = self._offset
+        self._f.write(header)
+        self._f.write(data)
+        pad = _padded(len(data)) - len(data)
+        if pad:
+            self._f.write(tarfile.NUL * pad)
+        self._offset += len(header) + len(data) + pad
+        return MemberLocation(header=start, data=start + len(header), size=len(data))
 
     def close(self) -> None:
-        self._tar.close()
+        """End-of-archive blocks, padded to a whole tar record (as tarfile does)."""
+        end = self._offset + 2 * tarfile.BLOCKSIZE
+        end += -end % tarfile.RECORDSIZE
+        self._f.write(tarfile.NUL * (end - self._offset))
+        self._offset = end
 
 
 def _padded(n: int) -> int:

@@ -64,13 +64,15 @@ def sample_bytes_estimate(meta: bytes, tokens: np.ndarray, images: list[EncodedI
 class WdsPartWriter:
     """One WebDataset tar shard with its SampleIndex and DALI index."""
 
-    def __init__(self, root: str, stem: str, image_token_id: int, storage_options: dict | None = None):
+    def __init__(self, root: str, stem: str, image_token_id: int, storage_options: dict | None = None,
+                 fsync: bool = True):
         self.root = root
+        self.fsync = fsync
         self.stem = stem
         self.storage_options = storage_options or {}
         self.image_token_id = image_token_id
         self.tar_name, self.index_name, self.idx_name = shard_names(stem)
-        self._file = fsutil.AtomicLocalFile(fsutil.join(root, self.tar_name), self.storage_options)
+        self._file = fsutil.AtomicLocalFile(fsutil.join(root, self.tar_name), self.storage_options, fsync)
         self._crc = CrcFile(self._file.file)
         self._tar = _RecordingTar(self._crc)
         self._builder = IndexBuilder()
@@ -94,9 +96,10 @@ class WdsPartWriter:
         self._crc.flush()
         index = self._builder.build()
         self._file.commit()
-        index.save(fsutil.join(self.root, self.index_name), self.storage_options)
+        fsutil.atomic_write_bytes(fsutil.join(self.root, self.index_name), index.to_bytes(), self.storage_options,
+                                  self.fsync)
         fsutil.atomic_write_bytes(fsutil.join(self.root, self.idx_name), format_index(self._samples),
-                                  self.storage_options)
+                                  self.storage_options, self.fsync)
         return ShardInfo(name=self.tar_name, index=self.index_name, samples=len(index),
                          images=index.n_image_total, bytes=self._crc.size, crc32=self._crc.crc & 0xFFFFFFFF,
                          dali_index=self.idx_name, files=[self.tar_name])

@@ -9,30 +9,41 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, as_completed, wait
 
 from vlmdata.ingest.job import JobOptions, JobSpec, run_job
 
 ENGINES = ("local", "ray")
 
 
-def run_local(specs: Iterator[JobSpec], opts: JobOptions, workers: int, on_done: Callable[[dict], None]) -> None:
-    """Process pool; at most 2 * workers jobs submitted at a time (bounds memory)."""
-    if workers <= 0:
+def run_local(specs: Iterator[JobSpec], opts: JobOptions, workers: int, on_done: Callable[[dict], None],
+              executor: Executor | None = None) -> None:
+    """Process pool; at most 2 * workers jobs submitted at a time (bounds memory).
+
+    `executor` lets a caller reuse a pool it owns (e.g. across several runs).
+    """
+    if workers <= 0 and executor is None:
         for spec in specs:
             on_done(run_job(spec, opts))
         return
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        pending = set()
-        for spec in specs:
-            pending.add(pool.submit(run_job, spec, opts))
-            if len(pending) >= 2 * workers:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    on_done(fut.result())
-        for fut in as_completed(pending):
-            on_done(fut.result())
+    if executor is None:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            _feed(pool, specs, opts, max(1, workers), on_done)
+    else:
+        _feed(executor, specs, opts, max(1, workers), on_done)
+
+
+def _feed(pool: Executor, specs: Iterator[JobSpec], opts: JobOptions, workers: int,
+          on_done: Callable[[dict], None]) -> None:
+    pending = set()
+    for spec in specs:
+        pending.add(pool.submit(run_job, spec, opts))
+        if len(pending) >= 2 * workers:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                on_done(fut.result())
+    for fut in as_completed(pending):
+        on_done(fut.result())
 
 
 def run_ray(specs: Iterator[JobSpec], opts: JobOptions, workers: int, on_done: Callable[[dict], None]) -> None:
@@ -58,8 +69,8 @@ def run_ray(specs: Iterator[JobSpec], opts: JobOptions, workers: int, on_done: C
 
 
 def run_jobs(engine: str, specs: Iterator[JobSpec], opts: JobOptions, workers: int,
-             on_done: Callable[[dict], None]) -> None:
+             on_done: Callable[[dict], None], executor: Executor | None = None) -> None:
     if engine == "ray":
         run_ray(specs, opts, workers, on_done)
     else:
-        run_local(specs, opts, workers, on_done)
+        run_local(specs, opts, workers, on_done, executor)

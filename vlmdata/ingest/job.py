@@ -49,6 +49,7 @@ class JobOptions:
     tokenizer: str | None = None
     columns: ColumnSpec = ColumnSpec()
     storage_options: dict = field(default_factory=dict)
+    fsync: bool = True                       # fsync each file before its rename (power-loss safe)
 
 
 @dataclass
@@ -114,8 +115,9 @@ class _Sampler:
         if row.duplicate:
             raise RowProblem("duplicate_key", f"id {row.id!r} seen earlier in this run")
         opts = self.opts
-        base = opts.sources[row.source].base
-        sample = normalize(row.data, row.id, opts.columns)
+        source = opts.sources[row.source]
+        base = source.base
+        sample = normalize(row.data, row.id, opts.columns, native=source.format in ("json", "jsonl"))
         if sample.extra.get("folder"):
             sample.turns = [("user", ""), ("assistant", self._sidecar(sample, base))]
             sample.meta["caption"] = sample.turns[1][1]
@@ -164,8 +166,9 @@ class _Parts:
     def _open(self):
         stem = shard_stem(self.job, len(self.infos))
         if self.opts.format == "memmap":
-            return MemmapPartWriter(self.opts.output, stem, self.opts.image_size, self.opts.storage_options)
-        return WdsPartWriter(self.opts.output, stem, self.image_token_id, self.opts.storage_options)
+            return MemmapPartWriter(self.opts.output, stem, self.opts.image_size, self.opts.storage_options,
+                                    self.opts.fsync)
+        return WdsPartWriter(self.opts.output, stem, self.image_token_id, self.opts.storage_options, self.opts.fsync)
 
     def add(self, key: str, meta: dict, tokens: np.ndarray, images: list, sizes) -> None:
         if self.opts.format == "memmap":
@@ -221,5 +224,5 @@ def run_job(spec: JobSpec, opts: JobOptions) -> dict:
     if stats.written + sum(stats.skipped.values()) != stats.rows:
         raise AssertionError(f"job {spec.job}: rows {stats.rows} != written + skipped")
     fsutil.atomic_write_bytes(fsutil.join(opts.output, job_stats_name(spec.job)), stats.to_json(),
-                              opts.storage_options)
+                              opts.storage_options, opts.fsync)
     return asdict(stats)

@@ -90,7 +90,7 @@ def _image_refs(value) -> list:
     raise RowProblem("bad_image_ref", f"image reference of type {type(value).__name__}")
 
 
-def _llava(data: dict, sid: str) -> SourceSample:
+def _llava(data: dict, sid: str, native: bool) -> SourceSample:
     conv = data.get("conversations")
     if not isinstance(conv, list) or not conv:
         raise RowProblem("bad_text", "conversations is not a non-empty list")
@@ -106,10 +106,10 @@ def _llava(data: dict, sid: str) -> SourceSample:
             raise RowProblem("bad_text", f"turn text is a {type(value).__name__}, not a string")
         turns.append((role, value))
     images = _image_refs(data.get("images", data.get("image")))
-    return SourceSample(id=sid, turns=turns, images=images, meta=_json_safe(data))
+    return SourceSample(id=sid, turns=turns, images=images, meta=data if native else _json_safe(data))
 
 
-def _caption(data: dict, sid: str, columns: ColumnSpec) -> SourceSample:
+def _caption(data: dict, sid: str, columns: ColumnSpec, native: bool) -> SourceSample:
     if "caption_file" in data:  # image folder row
         return SourceSample(id=sid, turns=[], images=[data["image"]], meta={"id": sid, "image": data["image"]},
                             caption_file=data["caption_file"], extra={"folder": True})
@@ -123,12 +123,15 @@ def _caption(data: dict, sid: str, columns: ColumnSpec) -> SourceSample:
     if not isinstance(text, str):
         raise RowProblem("bad_text", f"caption is a {type(text).__name__}, not a string")
     return SourceSample(id=sid, turns=[("user", ""), ("assistant", text)], images=_image_refs(data[img_col]),
-                        meta=_json_safe(data))
+                        meta=data if native else _json_safe(data))
 
 
-def normalize(data: dict, sid: str, columns: ColumnSpec) -> SourceSample:
-    """A SourceSample for one row, or RowProblem."""
-    sample = _llava(data, sid) if "conversations" in data else _caption(data, sid, columns)
+def normalize(data: dict, sid: str, columns: ColumnSpec, native: bool = False) -> SourceSample:
+    """A SourceSample for one row, or RowProblem. `native`: the row came from JSON (no bytes to hide)."""
+    if "conversations" in data:
+        sample = _llava(data, sid, native)
+    else:
+        sample = _caption(data, sid, columns, native)
     for ref in sample.images:
         if not isinstance(ref, (str, bytes)) or not ref:
             raise RowProblem("bad_image_ref", f"image reference {ref!r:.60} is not a path, URL or bytes")

@@ -18,6 +18,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -59,6 +60,7 @@ class ShardConfig:
     max_image_pixels: int = DEFAULT_MAX_PIXELS
     columns: ColumnSpec = field(default_factory=ColumnSpec)
     storage_options: dict = field(default_factory=dict)
+    fsync: bool = True
 
 
 def _check_config(cfg: ShardConfig) -> None:
@@ -214,12 +216,14 @@ def _merge(cfg: ShardConfig, results: list[dict], tokenizer: dict, extra_stats: 
     return manifest
 
 
-def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None = None) -> Manifest:
+def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None = None,
+                  executor: Executor | None = None) -> Manifest:
     """Shard `cfg.inputs` into `cfg.output`; returns the written manifest.
 
-    `progress(rows_done, written_done)` is called after each job. Raises
-    ConfigError (before any work) for bad options, missing inputs or an
-    unwritable output.
+    `progress(rows_done, written_done)` is called after each job. `executor`
+    (local engine) runs the jobs in a pool the caller owns instead of a new
+    one. Raises ConfigError (before any work) for bad options, missing inputs
+    or an unwritable output.
     """
     t0 = time.perf_counter()
     _check_config(cfg)
@@ -233,7 +237,8 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
     opts = JobOptions(output=cfg.output, sources=tuple(sources), format=cfg.format, image_size=cfg.image_size,
                       max_shard_bytes=cfg.max_shard_bytes,
                       images=ImageOptions(cfg.max_image_pixels, cfg.resize_max_side, cfg.quality),
-                      tokenizer=cfg.tokenizer, columns=cfg.columns, storage_options=cfg.storage_options)
+                      tokenizer=cfg.tokenizer, columns=cfg.columns, storage_options=cfg.storage_options,
+                      fsync=cfg.fsync)
     results: list[dict] = []
     resumed = []
 
@@ -247,7 +252,7 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
         done(r)
 
     stream = _JobStream(cfg, sources, resumed_job)
-    run_jobs(cfg.engine, iter(stream), opts, workers, done)
+    run_jobs(cfg.engine, iter(stream), opts, workers, done, executor)
     seconds = time.perf_counter() - t0
     extra = {"seconds": round(seconds, 3), "engine": cfg.engine, "workers": workers,
              "resumed_jobs": len(resumed), "inputs": [s.url for s in sources],

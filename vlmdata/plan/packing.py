@@ -167,6 +167,45 @@ def _repair(pool: _Pool, taken: list[int], room: int, img_room: int) -> tuple[li
     return taken, room, img_room
 
 
+def _repair_two(pool: _Pool, taken: list[int], room: int, img_room: int) -> tuple[list[int], int, int]:
+    """Deeper completion: put the last two samples back and re-fill with the best of up to three."""
+    if len(taken) < 3:
+        return taken, room, img_room
+    lengths, images = pool.lengths, pool.images
+    tail = taken[-2:]
+    old = lengths[tail[0]] + lengths[tail[1]]
+    for h in reversed(tail):
+        pool.put_back(lengths[h])
+    freed, freed_img = room + old, img_room + images[tail[0]] + images[tail[1]]
+    best = (old, [])
+    pos = bisect_right(pool.values, freed) - 1
+    tried = 0
+    while pos >= 0 and tried < REPAIR_TRIES:
+        a = pool.values[pos]
+        if 3 * a <= best[0]:
+            break
+        h = pool.take(a)
+        if images[h] <= freed_img:
+            fill, b, c = _best_pair(pool, freed - a, freed_img - images[h])
+            if a + fill > best[0]:
+                best = (a + fill, [v for v in (a, b, c) if v])
+        pool.put_back(a)
+        if best[0] == freed:
+            break
+        pos = bisect_right(pool.values, a) - 2          # the next shorter length
+        tried += 1
+    if best[1]:
+        new = [pool.take(v) for v in best[1]]
+        new_img = sum(images[h] for h in new)
+        if new_img <= freed_img:
+            return taken[:-2] + new, freed - best[0], freed_img - new_img
+        for h in reversed(new):
+            pool.put_back(lengths[h])
+    for h in tail:
+        pool.take(lengths[h])
+    return taken, room, img_room
+
+
 def pack(lengths: np.ndarray, images: np.ndarray, max_tokens: int, max_images: int,
          repair: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Pack samples (lengths <= max_tokens, images <= max_images) into bins.
@@ -195,6 +234,8 @@ def pack(lengths: np.ndarray, images: np.ndarray, max_tokens: int, max_images: i
         if repair and room >= min_gap and values and failures < REPAIR_GIVE_UP:
             before = room
             taken, room, img_room = _repair(pool, taken, room, img_room)
+            if room >= min_gap:
+                taken, room, img_room = _repair_two(pool, taken, room, img_room)
             failures = 0 if room < before else failures + 1
         out.extend(taken)
         bounds.append(len(out))

@@ -1,0 +1,58 @@
+"""Image checks from bytes: header sizes for every format, truncation, bombs, re-encode."""
+from __future__ import annotations
+
+import io
+
+import pytest
+from PIL import Image
+
+from vlmdata.ingest.images import ImageOptions, ImageProblem, check_image, header_size, prepare_image, sniff
+
+FORMATS = [("JPEG", "jpg"), ("PNG", "png"), ("GIF", "gif"), ("WEBP", "webp"), ("BMP", "bmp"), ("TIFF", "tiff")]
+
+
+def encode(fmt: str, size=(37, 23), **kw) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, (10, 200, 30)).save(buf, format=fmt, **kw)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("fmt, kind", FORMATS)
+def test_header_size_matches_pillow(fmt, kind):
+    data = encode(fmt)
+    assert sniff(data) == kind
+    assert header_size(kind, data) == (37, 23)
+    assert check_image(data, 10**8) == (kind, 37, 23)
+
+
+def test_webp_lossless_and_progressive_jpeg_headers():
+    assert header_size("webp", encode("WEBP", (301, 17), lossless=True)) == (301, 17)
+    assert header_size("jpg", encode("JPEG", (640, 480), progressive=True)) == (640, 480)
+
+
+@pytest.mark.parametrize("fmt, cut", [("JPEG", 0.5), ("PNG", 0.9), ("GIF", 0.9), ("WEBP", 0.9), ("BMP", 0.9)])
+def test_truncated_images_are_caught(fmt, cut):
+    data = encode(fmt, (120, 80))
+    with pytest.raises(ImageProblem) as e:
+        check_image(data[: int(len(data) * cut)], 10**8)
+    assert e.value.reason in ("truncated_image", "bad_image_header")
+
+
+def test_other_problems():
+    for data, reason in [(b"", "empty_file"), (b"<html>" * 10, "not_an_image"),
+                         (encode("PNG", (300, 300)), "decompression_bomb"),
+                         (b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x00" * 40, "bad_image_header")]:
+        with pytest.raises(ImageProblem) as e:
+            check_image(data, 200 * 200)
+        assert e.value.reason == reason
+
+
+def test_prepare_keeps_or_reencodes():
+    small = encode("JPEG", (100, 50))
+    kept = prepare_image(small, ImageOptions(resize_max_side=200))
+    assert kept.data is small and (kept.width, kept.height) == (100, 50)
+    big = encode("PNG", (400, 100))
+    out = prepare_image(big, ImageOptions(resize_max_side=200))
+    assert out.ext == "jpg" and (out.width, out.height) == (200, 50) == Image.open(io.BytesIO(out.data)).size
+    q = prepare_image(small, ImageOptions(quality=30))
+    assert q.data != small and len(q.data) < len(small) and (q.width, q.height) == (100, 50)

@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# GPU check for vlmdata: run on a machine with an NVIDIA GPU, offline.
+#
+#   tools/gpu_check.sh                 run every check, print a summary, exit 1 if any failed
+#   tools/gpu_check.sh --download-wheels   (on a machine WITH network) fill ./wheels for an offline run
+#
+# Checks, in order (CPU-only ones first, so a GPU-less machine still checks what it can):
+#   env          python + torch, Pillow, DALI, vlmdata import (missing packages are installed from
+#                ./wheels with --no-index when that folder exists)
+#   dali-cpu     DALI CPU decoder tests (tests/test_dali_cpu.py)
+#   gpu          nvidia-smi lists a GPU and torch sees CUDA (a CPU-only torch build fails here, clearly)
+#   dali-mixed   DaliGpuStage with device="mixed": fixed and dynamic packs on the GPU, bf16, a corrupt
+#                JPEG costs one image; pixels match the DALI-CPU stage within tolerance
+#   bench        tools/bench_decode.py --require-gpu: DALI mixed images/s next to DALI-CPU and Pillow
+#   attention    pipelines.attention: each CUDA varlen backend equals the reference (if pipelines/ exists)
+#   train        a few steps of pipelines.train under torchrun, fixed and dynamic images (if present)
+#
+# Python: the repo's .venv when present, else $PYTHON or python3. Outputs go to $GPU_CHECK_OUT
+# (default: a new temp dir), e.g. bench-decode-gpu.md and the training logs.
+#
+# Offline wheels: on a machine with network and the same OS/Python (3.11, x86_64), run
+#   tools/gpu_check.sh --download-wheels
+# which does `pip download -d wheels` of the CUDA build of torch (TORCH_INDEX, default the cu126
+# index), nvidia-dali-cuda120 and the project's dependencies; copy the repo with wheels/ along.
+set -u
+here="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$here"
+if [ -x "$here/.venv/bin/python" ]; then PY="$here/.venv/bin/python"; else PY="${PYTHON:-python3}"; fi
+OUT="${GPU_CHECK_OUT:-$(mktemp -d -t vlmdata-gpu-check.XXXXXX)}"
+mkdir -p "$OUT"
+TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
+DALI_SPEC="nvidia-dali-cuda120==2.4.0"
+
+if [ "${1:-}" = "--download-wheels" ]; then
+    mkdir -p wheels
+    "$PY" -m pip download -d wheels --index-url "${TORCH_INDEX:-https://download.pytorch.org/whl/cu126}" "$TORCH_SPEC"
+    "$PY" -m pip download -d wheels "$DALI_SPEC" pillow-simd==12.1.1.post0 --no-binary pillow-simd
+    "$PY" -m pip download -d wheels ".[test]"
+    echo "wheels/ ready: copy the repository (with wheels/) to the GPU machine and run tools/gpu_check.sh"
+    exit 0
+fi
+
+declare -a NAMES STATUS SECS DETAIL
+record() {  # name status seconds detail
+    NAMES+=("$1"); STATUS+=("$2"); SECS+=("$3"); DETAIL+=("$4")
+    printf '\n=== %-10s %s (%ss) %s\n' "$1" "$2" "$3" "$4"
+}
+run_step() {  # name detail-on-failure command...
+    local name="$1" detail="$2"; shift 2
+    local t0=$SECONDS log="$OUT/$name.log"
+    echo; echo "--- $name: $*"
+    if "$@" > >(tee "$log") 2>&1; then
+        record "$name" PASS $((SECONDS - t0)) ""
+        return 0
+    fi
+    record "$name" FAIL $((SECONDS - t0)) "$detail (log: $log)"
+    return 1
+}
+skip() { record "$1" SKIP 0 "$2"; }
+
+echo "vlmdata GPU check | repo $here | python $PY | outputs $OUT"
+echo "host: $(uname -srm) | $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ //') | $(nproc) cores"
+
+# ---- env ----------------------------------------------------------------------------------
+missing_pkgs() {
+    "$PY" - <<'EOF'
+import importlib.util
+need = {"torch": "torch", "PIL": "pillow-simd", "nvidia.dali": "nvidia-dali-cuda120", "numpy": "numpy",
+        "webdataset": "webdataset", "pytest": "pytest"}
+def absent(mod):
+    try:
+        return importlib.util.find_spec(mod) is None
+    except ModuleNotFoundError:   # parent package missing
+        return True
+print(" ".join(pkg for mod, pkg in need.items() if absent(mod)))
+EOF
+}
+env_step() {
+    local miss
+    miss="$(missing_pkgs)"
+    if [ -n "$miss" ]; then
+        if [ -d wheels ]; then
+            echo "installing from ./wheels (offline): $miss"
+            "$PY" -m pip install --no-index --find-links wheels $miss || return 1
+        else
+            echo "missing packages: $miss (no ./wheels folder: run tools/gpu_check.sh --download-wheels on a networked machine)"
+            return 1
+        fi
+    fi
+    if ! "$PY" -c "import vlmdata" 2>/dev/null; then
+        "$PY" -m pip install --no-index --no-deps --no-build-isolation -e . || return 1
+    fi
+    "$PY" - <<'EOF'
+import PIL, torch, nvidia.dali, vlmdata
+print(f"torch {torch.__version__} (CUDA build: {torch.version.cuda}) | PIL {PIL.__version__} | "
+      f"DALI {nvidia.dali.__version__} | vlmdata {getattr(vlmdata, '__version__', '?')}")
+EOF
+}
+run_step env "python environment incomplete" env_step
+
+# ---- DALI CPU (no GPU needed) ---------------------------------------------------------------
+run_step dali-cpu "DALI CPU decoder tests failed" "$PY" -m pytest -q -p no:cacheprovider tests/test_dali_cpu.py
+
+# ---- GPU present? ---------------------------------------------------------------------------
+gpu_step() {
+    if ! command -v nvidia-smi >/dev/null 2>&1; then echo "nvidia-smi not found: no NVIDIA driver here"; return 1; fi
+    nvidia-smi -L || return 1
+    "$PY" - <<'EOF'
+import sys, torch
+if torch.version.cuda is None:
+    sys.exit("torch is a CPU-only build: install a CUDA build (put its wheel in ./wheels, or "
+             "TORCH_SPEC/--index-url https://download.pytorch.org/whl/cu126)")
+if not torch.cuda.is_available():
+    sys.exit(f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no usable CUDA device")
+print("torch sees", torch.cuda.device_count(), "GPU(s):", torch.cuda.get_device_name(0))
+EOF
+}
+HAVE_GPU=0
+run_step gpu "no usable NVIDIA GPU" gpu_step && HAVE_GPU=1
+
+# ---- DALI mixed stage -----------------------------------------------------------------------
+mixed_step() {
+    "$PY" - "$OUT" <<'EOF'
+import io, subprocess, sys, pathlib
+import numpy as np, torch
+from PIL import Image
+from vlmdata.decode.dali_gpu import DaliGpuStage, GpuStageOptions
+from vlmdata.decode.policy import DynamicPolicy, FixedPolicy
+out = pathlib.Path(sys.argv[1]) / "raw-mixed"
+gen = pathlib.Path("..") / "shared" / "bench" / "gen_raw.py"
+subprocess.run([sys.executable, str(gen), str(out), "--samples", "40", "--seed", "5"], check=True, capture_output=True)
+data = [p.read_bytes() for p in sorted((out / "images").glob("*.jpg"))][:32]
+sizes = np.array([Image.open(io.BytesIO(b)).size for b in data], np.int32)
+bad = list(data); bad[5] = bad[5][: len(bad[5]) // 3]; bad[9] = b"<html>not an image</html>" * 20
+ok = True
+for policy in (FixedPolicy(336), DynamicPolicy()):
+    gpu = DaliGpuStage(policy, GpuStageOptions(device="mixed", device_id=0, dtype="bfloat16"))
+    cpu = DaliGpuStage(policy, GpuStageOptions(device="cpu", dtype="float32"))
+    g, c = gpu.decode(bad, sizes), cpu.decode(bad, sizes)
+    pv = g.pixel_values
+    diff = (pv.float().cpu() - c.pixel_values).abs() * 68.0   # ~back to 0-255 units (std ~ 0.27 * 255)
+    line = (f"{type(policy).__name__}: device {pv.device} dtype {pv.dtype} shape {tuple(pv.shape)} bad {g.bad} "
+            f"| mixed vs cpu: mean {diff.mean():.2f} p99 {diff.flatten()[::97].quantile(0.99):.2f} (0-255 units)")
+    print(line)
+    ok &= pv.is_cuda and pv.dtype == torch.bfloat16 and g.bad == [5, 9] and c.bad == [5, 9]
+    ok &= pv.shape == c.pixel_values.shape and float(diff.mean()) <= 2.0
+    if g.image_grid is not None:
+        ok &= torch.equal(g.image_grid.cpu(), c.image_grid) and torch.equal(g.vision_cu_seqlens.cpu(), c.vision_cu_seqlens)
+sys.exit(0 if ok else "DALI mixed stage disagrees with the CPU stage (see above)")
+EOF
+}
+bench_step() {
+    "$PY" tools/bench_decode.py --require-gpu --samples 200 --threads "1,$(nproc)" --rounds 2 \
+        --out "$OUT/bench-decode-gpu.md" && cat "$OUT/bench-decode-gpu.md"
+}
+attention_step() {
+    "$PY" - <<'EOF'
+import sys, torch
+from pipelines.attention import available_backends, varlen_attention
+dev, dt = torch.device("cuda"), torch.bfloat16
+names = available_backends(dev, dt)
+print("varlen backends on", torch.cuda.get_device_name(0), "bf16:", names)
+lens = [37, 128, 5, 300]
+cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=dev)
+q, k, v = (torch.randn(sum(lens), 4, 64, device=dev, dtype=dt) for _ in range(3))
+ref = varlen_attention(q, k, v, cu, max(lens), causal=True, backend="reference")
+bad = []
+for n in names:
+    out = varlen_attention(q, k, v, cu, max(lens), causal=True, backend=n)
+    err = (out.float() - ref.float()).abs().max().item()
+    print(f"  {n:10s} max abs diff vs reference {err:.4f}")
+    if err > 0.05:
+        bad.append(n)
+sys.exit(f"backends disagree with the reference: {bad}" if bad else 0)
+EOF
+}
+train_step() {
+    local ds="$OUT/train-ds" rc=0
+    "$PY" - "$OUT" <<'EOF' || return 1
+import sys
+from pipelines.corpus import generate
+from vlmdata.ingest import ShardConfig, shard_dataset
+out = sys.argv[1]
+generate(f"{out}/train-raw", 160, 0)
+shard_dataset(ShardConfig(inputs=[f"{out}/train-raw/data.jsonl"], output=f"{out}/train-ds", max_samples_per_shard=40, workers=1))
+EOF
+    for size in 56 dynamic; do
+        "$PY" -m torch.distributed.run --nproc_per_node 1 -m pipelines.train --data "$ds" --steps 6 \
+            --image-size "$size" --max-tokens 2048 --num-workers 2 --decoder auto --attn-backend auto \
+            --out "$OUT/train-$size" || { rc=1; continue; }
+        "$PY" -c "import json,math,sys; r=json.load(open('$OUT/train-$size/result.rank0.json')); l=r['losses']; print('image-size $size losses', [round(x,3) for x in l]); sys.exit(0 if len(l)==6 and all(math.isfinite(x) for x in l) else 'bad losses')" || rc=1
+    done
+    return $rc
+}
+if [ "$HAVE_GPU" = 1 ]; then
+    run_step dali-mixed "DALI mixed decode failed" mixed_step
+    run_step bench "decode benchmark failed" bench_step
+    if [ -f pipelines/attention.py ]; then run_step attention "varlen attention check failed" attention_step
+    else skip attention "pipelines/attention.py not present"; fi
+    if [ -f pipelines/train.py ] && [ -f pipelines/corpus.py ]; then run_step train "training steps failed" train_step
+    else skip train "pipelines/train.py not present"; fi
+else
+    for s in dali-mixed bench attention train; do skip "$s" "needs an NVIDIA GPU"; done
+fi
+
+# ---- summary ------------------------------------------------------------------------------
+echo; echo "================ vlmdata GPU check summary ================"
+fail=0
+for i in "${!NAMES[@]}"; do
+    printf '%-11s %-5s %5ss  %s\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}" "${DETAIL[$i]}"
+    [ "${STATUS[$i]}" = FAIL ] && fail=1
+done
+[ "$HAVE_GPU" = 1 ] || { echo "RESULT: FAIL - no usable NVIDIA GPU: the GPU checks did not run"; exit 1; }
+[ "$fail" = 0 ] && { echo "RESULT: PASS (outputs in $OUT)"; exit 0; }
+echo "RESULT: FAIL (logs in $OUT)"; exit 1
