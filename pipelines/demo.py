@@ -115,25 +115,30 @@ def daemon_available() -> bool:
 
 
 class CacheDaemonProcess:
-    """`vlmdata cache-daemon` on a Unix socket in the work dir, stopped on exit."""
+    """`vlmdata cache-daemon` on a Unix socket in the work dir, stopped on exit.
 
-    def __init__(self, workdir: str):
+    Its output goes to WORKDIR/cache-daemon.log (a file, not a pipe nobody drains).
+    """
+
+    def __init__(self, workdir: str, timeout: float = 60.0):
         self.socket = os.path.join(workdir, "cache.sock")
+        self.log_path = os.path.join(workdir, "cache-daemon.log")
         cmd = [sys.executable, "-m", "vlmdata.cli", "cache-daemon", "--cache-dir", os.path.join(workdir, "cache"),
                "--disk-bytes", "2G", "--socket", self.socket]
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=dict(os.environ, PYTHONPATH=_pythonpath()))
-        self.output: list[str] = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            self.output.append(line)
-            if "cache daemon ready" in line:
+        with open(self.log_path, "wb") as log_file:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT,
+                                         env=dict(os.environ, PYTHONPATH=_pythonpath()))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if "cache daemon ready" in self._output():
                 return
+            time.sleep(0.1)  # polling a log file for the readiness line
         self.stop()
-        raise RuntimeError("cache daemon did not start:\n" + "".join(self.output[-20:]))
+        raise RuntimeError(f"cache daemon did not start:\n{self._output()[-2000:]}")
+
+    def _output(self) -> str:
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -210,7 +210,8 @@ def test_sigterm_shuts_down_cleanly_and_metrics_are_served(tmp_path):
         text = urllib.request.urlopen(url, timeout=10).read().decode()
         assert 'vlmdata_cache_hits_total{tier="remote"} 3.0' in text
         assert 'vlmdata_cache_hits_total{tier="disk"} 3.0' in text
-        assert 'vlmdata_fetch_bytes_total{tier="remote"} %.1f' % sum(r.size for r in refs) in text
+        total = float(sum(r.size for r in refs))
+        assert f'vlmdata_fetch_bytes_total{{tier="remote"}} {total}' in text
         assert "vlmdata_inflight_fetches 0.0" in text
         proc.send_signal(signal.SIGTERM)  # with a reader still connected
         assert proc.wait(30) == 0
@@ -226,4 +227,26 @@ def test_absent_daemon_falls_back_to_direct_fetching(tmp_path):
     c.plan_ahead(refs)
     assert [bytes(c.get(r)) for r in refs] == [Path(r.url).read_bytes() for r in refs]
     assert c.daemon_gets == 0 and c.fallback_gets == 3
+    c.close()
+
+
+def test_remote_failure_through_daemon_is_a_fetch_error(daemon, tmp_path):
+    from vlmdata.cache import FetchError
+
+    refs = make_shards(tmp_path / "src", 1)
+    c = _client(daemon.opts.socket_path)
+    with pytest.raises(FetchError):
+        c.get(ShardRef(url=str(tmp_path / "missing.tar"), size=10, crc32=1))
+    assert bytes(c.get(refs[0])) == Path(refs[0].url).read_bytes()  # the connection is still usable
+    assert c.daemon_gets == 1 and c.fallback_gets == 0
+    assert daemon.cache.stats.to_dict()["fetch_errors"] == 1
+    c.close()
+
+
+def test_client_over_loopback_tcp(daemon, tmp_path):
+    refs = make_shards(tmp_path / "src", 2)
+    c = _client(f"tcp://127.0.0.1:{daemon.tcp_address[1]}")
+    c.plan_ahead(refs)
+    assert [bytes(c.get(r)) for r in refs] == [Path(r.url).read_bytes() for r in refs]
+    assert c.daemon_gets == 2 and c.fallback_gets == 0
     c.close()

@@ -177,6 +177,8 @@ def test_bad_keys_rejected(tmp_path, key):
     cache = _cache(tmp_path)
     with pytest.raises(BadKeyError):
         cache.get(ShardRef(url="s3://b/x.tar", key=key))
+    cache.plan(0, [ShardRef(url="s3://b/x.tar", key=key), ShardRef(url="s3://b/y.tar", key="ok")])
+    assert cache.plans.plans[0].keys == ["ok"]  # a bad key in a plan is dropped, not fatal
     cache.close()
 
 

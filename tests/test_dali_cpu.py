@@ -119,3 +119,31 @@ def test_dataloader_workers_build_their_own_pipeline(images):
     rows = list(loader)
     assert {int(i): s for i, s, _ in rows} == expected
     assert all(built for _, _, built in rows)
+
+
+def test_mixed_pipeline_graph_is_valid_without_a_gpu():
+    """Defining the GPU ("mixed") graph checks operator placement (e.g. CPU-only argument inputs)."""
+    from vlmdata.decode.dali_pipeline import Normalization, define_pipeline
+
+    for norm in (None, Normalization(), Normalization(dtype="float16")):
+        pipe = define_pipeline(DaliConfig(device="mixed", device_id=0, normalize=norm))
+        assert pipe is not None
+
+
+def test_copied_hook_runs_once_per_pipeline_run(images):
+    data, sizes = images
+    calls = []
+    runner = DaliRunner(DaliConfig(max_batch=4))
+    runner.run(data[:10], [(28, 28)] * 10, lambda t: np.array(t), lambda: calls.append(1))
+    assert len(calls) == 3 == runner.runs
+
+
+def test_all_images_failing_is_an_error_not_bad_data(images):
+    """Bad data is skipped and counted, but a call where nothing decodes says so loudly."""
+    data, sizes = images
+    junk = [truncated(d)[:200] for d in data[:5]]   # JPEG headers, no scan data at all
+    dec = DaliCpuDecoder()
+    with pytest.raises(RuntimeError, match="decoded none of 5 images"):
+        dec.decode(junk, sizes[:5], FixedPolicy(56))
+    out = dec.decode(junk[:3] + data[:1], sizes[:4], FixedPolicy(56))   # a few bad among good: skipped
+    assert [o is None for o in out] == [True, True, True, False]

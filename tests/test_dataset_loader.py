@@ -249,6 +249,9 @@ def test_num_steps_and_decode_threads(corpus):
         threaded.set_decode_threads(3)
         again = run(threaded)
         assert all(np.array_equal(a["pixel_values"], b["pixel_values"]) for a, b in zip(plain, again))
+        # the thread pool made in this process must not be inherited by forked workers (it would hang)
+        forked = run(threaded, workers=2, timeout=120)
+        assert [b["sample_keys"] for b in forked] == [b["sample_keys"] for b in plain]
     with pytest.raises(ValueError):
         ds.set_decode_threads(0)
 

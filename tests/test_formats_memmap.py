@@ -53,6 +53,14 @@ def test_memmap_round_trip(memmap_ds):
     assert seen == 40
 
 
+def test_memmap_inspect(memmap_ds):
+    from vlmdata.ingest.inspect import inspect_dataset
+
+    corpus, out, m = memmap_ds
+    text = inspect_dataset(str(out), samples=2)
+    assert "kind memmap" in text and "samples 40," in text and text.count("[assistant]") == 2
+
+
 def test_memmap_loads_with_plain_numpy(memmap_ds):
     corpus, out, m = memmap_ds
     info = m.shards[0]

@@ -95,6 +95,10 @@ def test_index_webdataset_shards(tmp_path, gz):
     assert sorted(p.name for p in root.iterdir() if p.suffix in (".tar", ".gz")) == names  # tars untouched
     planning = np.load(root / "planning.npz")
     assert len(planning["text_tokens"]) == 28
+    from vlmdata.ingest.inspect import inspect_dataset
+
+    text = inspect_dataset(str(root), samples=1)
+    assert "samples 28, images 28" in text and "[assistant] caption number 0" in text
 
 
 def test_index_json_captions_and_cli(tmp_path):

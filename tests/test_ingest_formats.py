@@ -162,6 +162,16 @@ def test_resize_and_shard_byte_limit(tmp_path):
         assert max(im.size) == 64 and im.size == (int(index.width[i]), int(index.height[i]))
 
 
+def test_no_fsync_writes_the_same_bytes(tmp_path, images):
+    from shard_fixtures import tar_tree
+
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"id": f"x{i}", "image": "imgs/a.jpg", "caption": "c"}) + "\n"
+                                              for i in range(5)))
+    shard(tmp_path / "d.jsonl", tmp_path / "a", max_samples_per_shard=2)
+    shard(tmp_path / "d.jsonl", tmp_path / "b", max_samples_per_shard=2, fsync=False)
+    assert tar_tree(tmp_path / "a") == tar_tree(tmp_path / "b") and len(tar_tree(tmp_path / "a")) == 9
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"format": "zip"}, "unknown output format"),
     ({"format": "memmap"}, "needs --image-size"),

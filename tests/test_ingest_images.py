@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import struct
 
 import pytest
 from PIL import Image
@@ -11,7 +12,23 @@ from vlmdata.ingest.images import ImageOptions, ImageProblem, check_image, heade
 FORMATS = [("JPEG", "jpg"), ("PNG", "png"), ("GIF", "gif"), ("WEBP", "webp"), ("BMP", "bmp"), ("TIFF", "tiff")]
 
 
+def webp(size, chunk: str = "VP8 ", payload: int = 200) -> bytes:
+    """A WebP container with a valid header for `chunk` (this Pillow build cannot write WebP)."""
+    w, h = size
+    if chunk == "VP8 ":
+        body = b"\x10\x02\x00" + b"\x9d\x01\x2a" + struct.pack("<HH", w, h)
+    elif chunk == "VP8L":
+        body = b"\x2f" + ((w - 1) | ((h - 1) << 14)).to_bytes(4, "little")
+    else:
+        body = b"\x00" * 4 + (w - 1).to_bytes(3, "little") + (h - 1).to_bytes(3, "little")
+    body += b"\x00" * payload
+    data = chunk.encode() + struct.pack("<I", len(body)) + body
+    return b"RIFF" + struct.pack("<I", 4 + len(data)) + b"WEBP" + data
+
+
 def encode(fmt: str, size=(37, 23), **kw) -> bytes:
+    if fmt == "WEBP":
+        return webp(size, "VP8L" if kw.get("lossless") else "VP8 ")
     buf = io.BytesIO()
     Image.new("RGB", size, (10, 200, 30)).save(buf, format=fmt, **kw)
     return buf.getvalue()
@@ -27,6 +44,7 @@ def test_header_size_matches_pillow(fmt, kind):
 
 def test_webp_lossless_and_progressive_jpeg_headers():
     assert header_size("webp", encode("WEBP", (301, 17), lossless=True)) == (301, 17)
+    assert header_size("webp", webp((4000, 3000), "VP8X")) == (4000, 3000)
     assert header_size("jpg", encode("JPEG", (640, 480), progressive=True)) == (640, 480)
 
 

@@ -40,10 +40,10 @@ def test_finds_known_peak_workers():
 
 @pytest.mark.slow
 def test_plateau_picks_the_knee():
-    spec = SyntheticSpec(item_s=0.04, knee=3, contention=1.0, payload_kb=1)   # flat from 3 workers on
+    spec = SyntheticSpec(item_s=0.04, knee=2, contention=1.0, payload_kb=1)   # flat from 2 workers on
     res = tune(runner=LoaderRunner(SyntheticDataset(spec)), budget=BIG,
-               config=TuneConfig(cpu_count=4, plateau_tol=0.1, **FAST))
-    assert res.settings.num_workers == 3, format_table(res)
+               config=TuneConfig(cpu_count=4, plateau_tol=0.25, **FAST))
+    assert res.settings.num_workers == 2, format_table(res)          # 4 and 5 are no faster, only dearer
 
 
 @pytest.mark.slow

@@ -80,3 +80,12 @@ def test_noisy_repeats_are_confirmed():
     res = tune(runner=runner, budget=BIG, config=TuneConfig(cpu_count=4))
     assert res.settings.num_workers == 3
     assert any(m.phase == "confirm" for m in res.measurements)
+
+
+@pytest.mark.parametrize("chunk_noise,expected", [(0.0, 1), (0.2, 12)])
+def test_noisy_dip_does_not_end_growth(chunk_noise, expected):
+    spec = SyntheticSpec(item_s=0.02, knee=12, contention=2.0)
+    runner = ModelRunner(spec, first_run_factor={2: 0.45}, chunk_noise=chunk_noise)   # 2 workers look slow once
+    res = tune(runner=runner, budget=BIG, config=TuneConfig(cpu_count=32, plateau_tol=1e-6))
+    # quiet measurements: a real drop ends the growth; noisy ones get one more step, which finds the rise
+    assert res.settings.num_workers == expected

@@ -13,10 +13,13 @@ class ModelRunner:
     relative wobble applied per call so the search meets unequal repeats.
     """
 
-    def __init__(self, spec: SyntheticSpec, mem_per_worker: int = 50 << 20, noise: float = 0.0):
+    def __init__(self, spec: SyntheticSpec, mem_per_worker: int = 50 << 20, noise: float = 0.0,
+                 first_run_factor: dict[int, float] | None = None, chunk_noise: float = 0.0):
         self.spec = spec
         self.mem_per_worker = mem_per_worker
         self.noise = noise
+        self.first_run_factor = dict(first_run_factor or {})   # workers -> factor on its first run only
+        self.chunk_noise = chunk_noise                          # relative spread of the chunk rates
         self.calls = 0
         self.seen: list[LoaderSettings] = []
 
@@ -25,11 +28,14 @@ class ModelRunner:
         self.seen.append(settings)
         rate = self.spec.expected_rate(settings.num_workers, settings.decode_threads)
         rate *= 1 + self.noise * (1 if self.calls % 2 else -1)
+        rate *= self.first_run_factor.pop(settings.num_workers, 1.0)
+        tok = rate * self.spec.tokens_per_item
+        chunks = [tok * (1 + self.chunk_noise * (-1) ** i) for i in range(6)]
         secs = plan.measure_s
         n = max(plan.min_batches, int(rate * secs))
         return Measurement(settings=settings, batches=n, images=n * self.spec.images_per_item,
                            tokens=n * self.spec.tokens_per_item, seconds=n / rate, wall_s=n / rate + 0.5,
-                           chunk_rates={"tokens": [rate * self.spec.tokens_per_item] * 5},
+                           chunk_rates={"tokens": chunks},
                            worker_pss=[self.mem_per_worker] * settings.num_workers)
 
 

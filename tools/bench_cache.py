@@ -484,7 +484,10 @@ def report(m: dict, policy: list[dict], pre: dict, dmn: dict, cmd: str, seconds:
             r = dsr[k]
             lines.append(f"| {k.replace('_', ' ')} | {100 * r['wait_fraction']:.1f} % | "
                          f"{100 * r['steady_wait_fraction']:.1f} % | {r['seconds']:.1f} | {r['store_gets']} |")
-        lines.append("")
+        lines += ["", "Store GETs = workers x shards x 2: every worker reads every shard of a window, and each "
+                  "shard's index file, which the dataset reads directly (not through the cache, so not "
+                  "prefetched: 100 ms each in the worker's critical path); decoding shares the 2 cores. "
+                  "Section 2 isolates the cache.", ""]
     lines += [f"## 3. {dmn['readers']} reader processes on one node (baseline: no daemon, same run)", "",
               "| | store bytes / dataset bytes | store GETs | bytes read by readers | corrupt reads |",
               "|---|---|---|---|---|"]

@@ -162,7 +162,7 @@ def versions() -> dict:
 
 def write_report(path: Path, args, machine: dict, vers: dict, results: dict, n_images: int) -> None:
     lines = ["# Decode benchmark (tools/bench_decode.py)", "",
-             f"Command: `{' '.join([Path(sys.argv[0]).name] + sys.argv[1:])}`", "",
+             f"Command: `python tools/bench_decode.py {' '.join(sys.argv[1:])}`".replace("  ", " "), "",
              f"Machine: {machine['cpu']} ({machine['cores']} cores){', GPU ' + machine['gpu'] if machine['gpu'] else ', no GPU'}",
              f"Versions: {', '.join(f'{k} {v}' for k, v in vers.items())}",
              f"Images: {n_images} gen_raw JPEGs (64-1344 px sides), decoded in calls of {args.pack}, "
@@ -177,6 +177,8 @@ def write_report(path: Path, args, machine: dict, vers: dict, results: dict, n_i
         lines.append(f"| {n} | " + " | ".join(rates) + " | " + " | ".join(ratios) + " |")
     lines.append("")
     lines.append("Ratios are against Pillow(-SIMD) with draft mode, the CPU path `decoder=\"auto\"` picks.")
+    lines.append(f"Load average during the run: {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
+                 "(a shared machine is noisy: compare ratios within one run).")
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp.write_text("\n".join(lines) + "\n")

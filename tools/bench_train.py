@@ -45,20 +45,31 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def load_packs(data: str, count: int, max_tokens: int, image_size: int) -> list[dict]:
+def load_epoch(data: str, max_tokens: int, image_size: int) -> list[dict]:
+    """Every non-empty pack of epoch 0 (rank 0 of 1), read in-process."""
     from vlmdata import VLMDataset
     from vlmdata.decode.policy import FixedPolicy
 
     ds = VLMDataset(data, seed=0, max_tokens=max_tokens, max_images=16, image_size=FixedPolicy(image_size),
                     rank=0, world_size=1, decoder="pillow")
     ds.set_epoch(0)
-    packs = []
-    for batch in ds:
-        if int(batch["cu_seqlens"][-1]) > 0:
-            packs.append(batch)
-        if len(packs) == count:
-            break
-    return packs
+    return [b for b in ds if b["sample_keys"]]
+
+
+def spread(items: list, count: int) -> list:
+    """`count` items evenly spaced over the list (a representative sample of the epoch)."""
+    if count >= len(items):
+        return list(items)
+    step = len(items) / count
+    return [items[int(i * step)] for i in range(count)]
+
+
+def slot_ratios(packs: list[dict], model_cfg: VLMConfig, pad_id: int) -> tuple[float, float]:
+    """Token slots / real tokens of the two padded layouts, without training."""
+    real = sum(int(p["cu_seqlens"][-1]) for p in packs)
+    shuffled = sum(int(b["cu_seqlens"][-1]) for b in padded_batches(packs, model_cfg, pad_id))
+    per_pack = sum(int(p["max_seqlen"]) * len(p["sample_keys"]) for p in packs)
+    return shuffled / real, per_pack / real
 
 
 def timed_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: dict) -> float:
@@ -136,8 +147,11 @@ def main() -> int:
         fields = model_fields_for(DataOptions(data=data, image_size=args.image_size))
         pad_id = int(Manifest.load(data).tokenizer["special"]["pad"])
         model_cfg = VLMConfig.preset(args.model, attn_backend="reference", **fields)
-        packs = load_packs(data, args.packs + args.warmup, args.max_tokens, args.image_size)
+        epoch = load_epoch(data, args.max_tokens, args.image_size)
+        packs = spread(epoch, args.packs + args.warmup)
         res = measure(packs, model_cfg, pad_id, args.warmup)
+        res["epoch_packs"] = len(epoch)
+        res["epoch_slot_ratios"] = slot_ratios(epoch, model_cfg, pad_id)
         report_lines = describe(args, corpus, model_cfg, res)
         print("\n".join(report_lines), flush=True)
         if not args.no_demo:  # the demo's training, on the same shards
@@ -168,8 +182,10 @@ def describe(args: argparse.Namespace, corpus: str, model_cfg: VLMConfig, res: d
         f"torch threads {args.threads}",
         f"- corpus: {args.samples} samples, {corpus}; max_tokens {args.max_tokens}, images {args.image_size}px "
         f"fixed; model `{args.model}` ({sum(p.numel() for p in TinyVLM(model_cfg).parameters()) / 1e6:.1f} M params)",
-        f"- measured: {res['measured_packs']} packs after {args.warmup} warm-up; the three layouts interleaved "
-        "step by step (forward, backward, AdamW step each)",
+        f"- measured: {res['measured_packs']} packs spread evenly over the epoch's {res['epoch_packs']} (after "
+        f"{args.warmup} warm-up); the three layouts interleaved step by step (forward, backward, AdamW step each)",
+        f"- whole epoch, token slots / real tokens (no training): padded batches "
+        f"{res['epoch_slot_ratios'][0]:.2f}, padded per pack {res['epoch_slot_ratios'][1]:.2f}",
         f"- real tokens: {res['real_tokens']} in every layout",
         "",
         "| layout | batches | token slots (% real) | real tokens/s | seconds |",

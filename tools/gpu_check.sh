@@ -15,6 +15,9 @@
 #   attention    pipelines.attention: each CUDA varlen backend equals the reference (if pipelines/ exists)
 #   train        a few steps of pipelines.train under torchrun, fixed and dynamic images (if present)
 #
+# GPU_CHECK_DRY=1 runs the GPU steps on the CPU instead (DALI "cpu" for "mixed", reference attention,
+# CPU training) to test this script on a machine without a GPU; the result is still FAIL there.
+#
 # Python: the repo's .venv when present, else $PYTHON or python3. Outputs go to $GPU_CHECK_OUT
 # (default: a new temp dir), e.g. bench-decode-gpu.md and the training logs.
 #
@@ -47,9 +50,11 @@ record() {  # name status seconds detail
 }
 run_step() {  # name detail-on-failure command...
     local name="$1" detail="$2"; shift 2
-    local t0=$SECONDS log="$OUT/$name.log"
+    local t0=$SECONDS log="$OUT/$name.log" rc
     echo; echo "--- $name: $*"
-    if "$@" > >(tee "$log") 2>&1; then
+    "$@" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" = 0 ]; then
         record "$name" PASS $((SECONDS - t0)) ""
         return 0
     fi
@@ -87,6 +92,12 @@ env_step() {
             return 1
         fi
     fi
+    # a CPU-only torch (the default .venv) on a GPU machine: swap in the CUDA build from ./wheels
+    if command -v nvidia-smi >/dev/null 2>&1 && ls wheels/torch-*.whl >/dev/null 2>&1 \
+        && "$PY" -c "import sys, torch; sys.exit(0 if torch.version.cuda is None else 1)" 2>/dev/null; then
+        echo "replacing the CPU-only torch with the CUDA build from ./wheels (offline)"
+        "$PY" -m pip install --no-index --find-links wheels --force-reinstall "$TORCH_SPEC" || return 1
+    fi
     if ! "$PY" -c "import vlmdata" 2>/dev/null; then
         "$PY" -m pip install --no-index --no-deps --no-build-isolation -e . || return 1
     fi
@@ -120,7 +131,7 @@ run_step gpu "no usable NVIDIA GPU" gpu_step && HAVE_GPU=1
 
 # ---- DALI mixed stage -----------------------------------------------------------------------
 mixed_step() {
-    "$PY" - "$OUT" <<'EOF'
+    "$PY" - "$OUT" "$MIXED" <<'EOF'
 import io, subprocess, sys, pathlib
 import numpy as np, torch
 from PIL import Image
@@ -134,7 +145,7 @@ sizes = np.array([Image.open(io.BytesIO(b)).size for b in data], np.int32)
 bad = list(data); bad[5] = bad[5][: len(bad[5]) // 3]; bad[9] = b"<html>not an image</html>" * 20
 ok = True
 for policy in (FixedPolicy(336), DynamicPolicy()):
-    gpu = DaliGpuStage(policy, GpuStageOptions(device="mixed", device_id=0, dtype="bfloat16"))
+    gpu = DaliGpuStage(policy, GpuStageOptions(device=sys.argv[2], device_id=0, dtype="bfloat16"))
     cpu = DaliGpuStage(policy, GpuStageOptions(device="cpu", dtype="float32"))
     g, c = gpu.decode(bad, sizes), cpu.decode(bad, sizes)
     pv = g.pixel_values
@@ -142,7 +153,7 @@ for policy in (FixedPolicy(336), DynamicPolicy()):
     line = (f"{type(policy).__name__}: device {pv.device} dtype {pv.dtype} shape {tuple(pv.shape)} bad {g.bad} "
             f"| mixed vs cpu: mean {diff.mean():.2f} p99 {diff.flatten()[::97].quantile(0.99):.2f} (0-255 units)")
     print(line)
-    ok &= pv.is_cuda and pv.dtype == torch.bfloat16 and g.bad == [5, 9] and c.bad == [5, 9]
+    ok &= (pv.is_cuda or sys.argv[2] == "cpu") and pv.dtype == torch.bfloat16 and g.bad == [5, 9] and c.bad == [5, 9]
     ok &= pv.shape == c.pixel_values.shape and float(diff.mean()) <= 2.0
     if g.image_grid is not None:
         ok &= torch.equal(g.image_grid.cpu(), c.image_grid) and torch.equal(g.vision_cu_seqlens.cpu(), c.vision_cu_seqlens)
@@ -150,16 +161,16 @@ sys.exit(0 if ok else "DALI mixed stage disagrees with the CPU stage (see above)
 EOF
 }
 bench_step() {
-    "$PY" tools/bench_decode.py --require-gpu --samples 200 --threads "1,$(nproc)" --rounds 2 \
+    "$PY" tools/bench_decode.py $REQUIRE_GPU --samples 200 --threads "1,$(nproc)" --rounds 2 \
         --out "$OUT/bench-decode-gpu.md" && cat "$OUT/bench-decode-gpu.md"
 }
 attention_step() {
-    "$PY" - <<'EOF'
+    "$PY" - "$ATTN_DEVICE" <<'EOF'
 import sys, torch
 from pipelines.attention import available_backends, varlen_attention
-dev, dt = torch.device("cuda"), torch.bfloat16
+dev, dt = torch.device(sys.argv[1]), torch.bfloat16
 names = available_backends(dev, dt)
-print("varlen backends on", torch.cuda.get_device_name(0), "bf16:", names)
+print("varlen backends on", torch.cuda.get_device_name(0) if dev.type == "cuda" else dev, "bf16:", names)
 lens = [37, 128, 5, 300]
 cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=dev)
 q, k, v = (torch.randn(sum(lens), 4, 64, device=dev, dtype=dt) for _ in range(3))
@@ -176,14 +187,18 @@ EOF
 }
 train_step() {
     local ds="$OUT/train-ds" rc=0
-    "$PY" - "$OUT" <<'EOF' || return 1
+    # a file, not stdin: the sharding engine starts worker processes that re-import __main__
+    cat > "$OUT/make_train_ds.py" <<'EOF'
 import sys
 from pipelines.corpus import generate
 from vlmdata.ingest import ShardConfig, shard_dataset
-out = sys.argv[1]
-generate(f"{out}/train-raw", 160, 0)
-shard_dataset(ShardConfig(inputs=[f"{out}/train-raw/data.jsonl"], output=f"{out}/train-ds", max_samples_per_shard=40, workers=1))
+if __name__ == "__main__":
+    out = sys.argv[1]
+    generate(f"{out}/train-raw", 160, 0)
+    shard_dataset(ShardConfig(inputs=[f"{out}/train-raw/data.jsonl"], output=f"{out}/train-ds",
+                              max_samples_per_shard=40, workers=1))
 EOF
+    PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$OUT/make_train_ds.py" "$OUT" || return 1
     for size in 56 dynamic; do
         "$PY" -m torch.distributed.run --nproc_per_node 1 -m pipelines.train --data "$ds" --steps 6 \
             --image-size "$size" --max-tokens 2048 --num-workers 2 --decoder auto --attn-backend auto \
@@ -192,7 +207,12 @@ EOF
     done
     return $rc
 }
-if [ "$HAVE_GPU" = 1 ]; then
+MIXED=mixed REQUIRE_GPU=--require-gpu ATTN_DEVICE=cuda
+if [ "${GPU_CHECK_DRY:-0}" = 1 ] && [ "$HAVE_GPU" = 0 ]; then
+    echo "GPU_CHECK_DRY=1: running the GPU steps on the CPU (script self-test)"
+    MIXED=cpu REQUIRE_GPU="" ATTN_DEVICE=cpu
+fi
+if [ "$HAVE_GPU" = 1 ] || [ "$MIXED" = cpu ]; then
     run_step dali-mixed "DALI mixed decode failed" mixed_step
     run_step bench "decode benchmark failed" bench_step
     if [ -f pipelines/attention.py ]; then run_step attention "varlen attention check failed" attention_step

@@ -148,6 +148,7 @@ class VLMDataset(IterableDataset):
         self._decode_threads = 1
         self._pool = None
         self._owner_pid = os.getpid()                 # decoder and thread pool belong to this process
+        self._iterations = 0                          # iterations started in this worker process
 
     # ---- configuration checks ---------------------------------------------------------------
     def _check_sources(self) -> None:
@@ -290,6 +291,13 @@ class VLMDataset(IterableDataset):
     def __iter__(self):
         info = get_worker_info()
         wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
+        if info is not None:
+            self._iterations += 1
+            if self._iterations == 2 and wid == 0:
+                log.warning("VLMDataset iterated again in the same DataLoader worker (persistent_workers=True): "
+                            "set_epoch()/load_state_dict() on the main process's dataset do not reach "
+                            "persistent workers, so this repeats epoch %d from the same point; make a new "
+                            "loader per epoch (make_loader's default) to change epochs", self._epoch)
         planner = self.planner()
         base, step = self._cursor, wid
         if self._worker_resume is not None:

@@ -20,6 +20,9 @@ def make_loader(ds, num_workers: int | str = 2, pin_memory: bool | None = None,
     num_workers="auto" asks `vlmdata.tune.auto_loader_settings(ds)` for workers,
     prefetch and pinning. pin_memory=None pins when CUDA is available.
     stateful=True returns torchdata's StatefulDataLoader (state_dict / load_state_dict).
+    persistent_workers=True keeps each worker's copy of the dataset: `ds.set_epoch()` and
+    `ds.load_state_dict()` made later in the main process do not reach it, so make a new loader
+    per epoch (the default) unless every epoch should repeat the same order.
     Extra keyword arguments go to the DataLoader.
     """
     extra: dict = {}

@@ -163,8 +163,7 @@ class AdaptiveSearch:
             cand.runs.append(m)
             self.measurements.append(m)
             return cand
-        best = self.best_rate()
-        stop_below = best * (1 - self.cfg.early_stop) if early and best > 0 else None
+        stop_below = self.stop_below() if early else None
         full = phase == "confirm"
         plan = MeasurePlan(objective=self.objective, warmup_batches=self.cfg.warmup_batches,
                            measure_s=self.cfg.measure_s * (1.0 if full else self.cfg.screen_fraction),
@@ -179,6 +178,15 @@ class AdaptiveSearch:
         cand.runs.append(m)
         self.measurements.append(m)
         return cand
+
+    def stop_below(self) -> float | None:
+        """Rate under which a run may stop early: early_stop below the best, widened by its noise."""
+        pool = [c for c in self.candidates.values() if self.eligible(c)]
+        if not pool:
+            return None
+        best = max(pool, key=lambda c: c.rate(self.objective))
+        margin = max(self.cfg.early_stop, 3 * best.rel_noise(self.objective))
+        return best.rate(self.objective) * (1 - margin) if margin < 1 else None
 
     # -- choosing --------------------------------------------------------------------------------
     def tolerance(self, best: Candidate) -> float:
@@ -203,7 +211,8 @@ class AdaptiveSearch:
         return LoaderSettings(workers, 2 if workers else None, 1, self.space.pin[0])
 
     def grow_workers(self) -> None:
-        best = 0.0
+        best: Candidate | None = None
+        extended = False
         for w in self.space.worker_ladder():
             c = self.measure(self.base(w), "workers", early=False)
             if c.failed:
@@ -214,11 +223,14 @@ class AdaptiveSearch:
                 return
             r = c.rate(self.objective)
             linear = self.space.max_workers <= 4
-            if w >= 2 and not linear and best > 0 and r < best * (1 + self.cfg.min_gain):
-                self.notes.append(f"gain flattened at {w} workers (< {self.cfg.min_gain:.0%})")
-                return
-            if w >= 1:
-                best = max(best, r)
+            if w >= 2 and not linear and best is not None and r < best.rate(self.objective) * (1 + self.cfg.min_gain):
+                noisy = 2 * max(c.rel_noise(self.objective), best.rel_noise(self.objective)) > self.cfg.min_gain
+                if not (noisy and not extended):
+                    self.notes.append(f"gain flattened at {w} workers (< {self.cfg.min_gain:.0%})")
+                    return
+                extended = True          # inconclusive (noisy): one more step before giving up
+            if w >= 1 and (best is None or r > best.rate(self.objective)):
+                best = c
 
     def refine_workers(self) -> None:
         while True:
@@ -306,13 +318,20 @@ class AdaptiveSearch:
                     f"({_mib(self.memory_budget)} MiB) or failed")
         obj = self.objective
         pool = [c for c in self.candidates.values() if self.eligible(c)]
-        best = max(pool, key=lambda c: c.rate(obj))
+        best = max([c for c in pool if c.settings.num_workers > 0] or pool, key=lambda c: c.rate(obj))
         parts = [f"{chosen.settings.label()} delivers {chosen.rate(obj):.1f} {obj}/s"]
         if best is chosen:
-            parts.append("the highest rate measured")
+            parts.append("the highest rate measured" + (" with workers" if chosen.settings.num_workers else ""))
+        elif chosen.settings.num_workers == 0:
+            parts.append(f"clearly faster than any setting with workers (best {best.rate(obj):.1f} at "
+                         f"{best.settings.label()})")
         else:
             parts.append(f"within {self.tolerance(best):.1%} of the best ({best.rate(obj):.1f} at "
                          f"{best.settings.label()}) and cheaper")
+        inline = [c for c in pool if c.settings.num_workers == 0 and c is not chosen]
+        if inline and inline[0].rate(obj) > chosen.rate(obj):
+            parts.append(f"0 workers measured {inline[0].rate(obj):.1f} but not clearly faster (> "
+                         f"{self.cfg.min_gain:.0%} and 2x noise), so loading stays out of the training process")
         over = sum(1 for c in self.candidates.values() if not c.failed and not self.eligible(c))
         predicted = sum(1 for c in self.candidates.values()
                         if c.failed and any((m.error or "").startswith("not run") for m in c.runs))

@@ -16,7 +16,7 @@ import time
 
 from vlmdata.cache.fetch import FetchError, ShardRef
 from vlmdata.cache.keys import BadKeyError, key_for
-from vlmdata.cache.plan import AccessPlan
+from vlmdata.cache.plan import AccessPlan, planned_keys
 from vlmdata.cache.protocol import ProtocolError, connect, recv_msg, ref_to_wire, send_msg
 from vlmdata.cache.tiers import map_file
 
@@ -45,11 +45,13 @@ class DaemonClient:
     def plan_ahead(self, refs: list[ShardRef]) -> None:
         """Replace the future access sequence; forwarded to the daemon (or the fallback)."""
         with self._lock:
-            self._refs = list(refs)
-            self._plan = AccessPlan([key_for(r) for r in self._refs])
+            self._refs, keys = planned_keys(list(refs))
+            self._plan = AccessPlan(keys)
             if self._connected_or_retry():
                 try:
-                    self._rpc({"op": "plan", "refs": [ref_to_wire(r) for r in self._refs]})
+                    reply = self._rpc({"op": "plan", "refs": [ref_to_wire(r) for r in self._refs]})
+                    if not reply.get("ok"):
+                        log.warning("cache daemon refused the plan: %s", reply.get("message"))
                     return
                 except (OSError, ProtocolError) as exc:
                     self._lost(exc)
@@ -62,6 +64,8 @@ class DaemonClient:
             if self._connected_or_retry():
                 try:
                     return self._get_via_daemon(ref)
+                except FetchError:
+                    raise  # the daemon answered: the store failed after its retries (FetchError is an OSError)
                 except (OSError, ProtocolError) as exc:
                     self._lost(exc)
             cache = self._fallback_cache()

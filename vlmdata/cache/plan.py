@@ -8,9 +8,14 @@ and LRU; keys the plans do not mention fall back to LRU order.
 """
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator
+
+from vlmdata.cache.keys import BadKeyError, key_for
+
+log = logging.getLogger(__name__)
 
 INF = math.inf
 
@@ -133,3 +138,18 @@ def choose_victims(candidates: Iterable[str], sizes: dict[str, int], need: int, 
         out.append(k)
         freed += sizes[k]
     return out
+
+
+def planned_keys(refs: list) -> tuple[list, list[str]]:
+    """(refs, keys) without the refs whose key is invalid (their gets will raise BadKeyError)."""
+    out_refs, keys, bad = [], [], 0
+    for r in refs:
+        try:
+            keys.append(key_for(r))
+        except BadKeyError as exc:
+            bad += 1
+            if bad == 1:
+                log.warning("plan: ignoring shard(s) with an invalid cache key, e.g. %s", exc)
+            continue
+        out_refs.append(r)
+    return out_refs, keys

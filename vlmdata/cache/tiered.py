@@ -17,7 +17,7 @@ from queue import SimpleQueue
 
 from vlmdata.cache.fetch import DirectFetcher, FetchError, ShardRef
 from vlmdata.cache.keys import key_for
-from vlmdata.cache.plan import PlanBook, choose_victims
+from vlmdata.cache.plan import PlanBook, choose_victims, planned_keys
 from vlmdata.cache.stats import CacheStats
 from vlmdata.cache.tiers import DiskTier, MemoryTier
 from vlmdata.metrics import MetricSet
@@ -62,7 +62,7 @@ class ShardCache:
     # -- public -------------------------------------------------------------------------------
     def plan(self, reader, refs: list[ShardRef]) -> None:
         """Replace `reader`'s future accesses with `refs` (in order, repeats included)."""
-        keys = [key_for(r) for r in refs]
+        refs, keys = planned_keys(refs)
         with self._lock:
             for k, r in zip(keys, refs):
                 self.refs[k] = r

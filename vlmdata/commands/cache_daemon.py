@@ -70,7 +70,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"metrics: {metrics_server.url}", flush=True)
         where = args.socket or f"tcp://127.0.0.1:{daemon.tcp_address[1]}"
         print(f"cache daemon ready on {where}", flush=True)
-        stop.wait()
+        # Wake up regularly: a signal delivered to another thread only runs its Python handler once the
+        # main thread executes bytecode again, so an untimed wait could sleep through SIGTERM.
+        while not stop.wait(0.2):
+            pass
         log.info("stopping cache daemon")
     finally:
         if metrics_server is not None:

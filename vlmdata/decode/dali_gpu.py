@@ -110,13 +110,18 @@ class DaliGpuStage:
         feed_ndarray(t, out, cuda_stream=stream)
         return out
 
+    def _copied(self) -> None:
+        """Wait for this run's async device copies before DALI may reuse (or free) its buffers."""
+        if self.torch_device.type == "cuda":
+            torch.cuda.current_stream(self.torch_device).synchronize()
+
     def decode(self, image_bytes: list, image_sizes) -> DecodedImages:
         """Decode and lay out one pack's images; `image_sizes` is [n, 2] (width, height) from the index."""
         sizes = np.asarray(image_sizes, dtype=np.int64).reshape(-1, 2)
         if len(image_bytes) != len(sizes):
             raise ValueError(f"{len(image_bytes)} images but {len(sizes)} sizes")
         hw = target_hw(self.policy, [tuple(s) for s in sizes.tolist()])
-        imgs = self.runner.run(image_bytes, hw, self._to_torch) if len(hw) else []
+        imgs = self.runner.run(image_bytes, hw, self._to_torch, self._copied) if len(hw) else []
         bad = [i for i, im in enumerate(imgs) if im is None]
         chw = [im.to(self.dtype) if im is not None else torch.zeros((3, h, w), dtype=self.dtype, device=self.torch_device)
                for im, (h, w) in zip(imgs, hw)]

@@ -28,6 +28,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
+SYSTEMIC_MIN = 4   # this many images that all fail to decode are a pipeline failure, not bad data
 _SAMPLE_RE = re.compile(r"Failed to decode sample #(\d+)")
 _INTERP = {"linear": "INTERP_LINEAR", "cubic": "INTERP_CUBIC", "triangular": "INTERP_TRIANGULAR",
            "lanczos": "INTERP_LANCZOS3", "nearest": "INTERP_NN"}
@@ -74,6 +75,13 @@ class DaliConfig:
 
 def build_pipeline(cfg: DaliConfig):
     """A built DALI pipeline with inputs "enc" (uint8 bytes) and "size" (float [H, W]); one output."""
+    pipe = define_pipeline(cfg)
+    pipe.build()
+    return pipe
+
+
+def define_pipeline(cfg: DaliConfig):
+    """The pipeline graph, not built yet (defining a "mixed" one needs no GPU: tests check it here)."""
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
 
@@ -85,8 +93,7 @@ def build_pipeline(cfg: DaliConfig):
         size = fn.external_source(name="size", dtype=types.FLOAT, ndim=1)
         img = fn.decoders.image(enc, device=cfg.device, output_type=types.RGB,
                                 adjust_orientation=False, use_fast_idct=cfg.fast_idct)
-        if cfg.device == "mixed":
-            size = size.gpu()
+        # `size` stays a CPU node: DALI takes named-argument inputs from the CPU only
         out = fn.resize(img, size=size, interp_type=getattr(types, _INTERP[cfg.interp]), antialias=True)
         if cfg.normalize is not None:
             norm = cfg.normalize
@@ -94,7 +101,6 @@ def build_pipeline(cfg: DaliConfig):
             out = fn.crop_mirror_normalize(out, dtype=dtype, output_layout="CHW",
                                            mean=list(norm.mean), std=list(norm.std))
         pipe.set_outputs(out)
-    pipe.build()
     return pipe
 
 
@@ -113,6 +119,7 @@ class DaliRunner:
         self._pipe = None
         self._pid: int | None = None
         self._lock = threading.Lock()
+        self._last_error = ""
         self.errors: Counter = Counter()
         self.runs = 0
 
@@ -136,9 +143,11 @@ class DaliRunner:
         return self._pipe
 
     def run(self, encoded: Sequence, hw: Sequence[tuple[int, int]],
-            convert: Callable[[Any], Any]) -> list:
+            convert: Callable[[Any], Any], copied: Callable[[], None] | None = None) -> list:
         """Decode each image to its (height, width); `convert(dali_tensor)` copies one result out.
 
+        `copied()`, when given, is called after each pipeline run's results were converted and
+        before the next run may reuse DALI's output buffers (e.g. to wait for async GPU copies).
         Returns a list aligned with `encoded`, None where the image could not be decoded.
         Thread-safe: concurrent calls take turns on the one pipeline (DALI's own threads
         give the parallelism; see `DaliConfig.num_threads`).
@@ -157,32 +166,42 @@ class DaliRunner:
                 good.append(i)
         step = self.cfg.max_batch
         with self._lock:
+            self._last_error = ""
             for start in range(0, len(good), step):
-                self._isolate(good[start:start + step], arrays, hw, convert, out)
+                self._isolate(good[start:start + step], arrays, hw, (convert, copied), out)
+        if len(good) >= SYSTEMIC_MIN and all(out[i] is None for i in good):
+            raise RuntimeError(f"DALI decoded none of {len(good)} images that look valid; this is a pipeline "
+                               f"or device problem, not bad data (first error: {self._last_error})")
         return out
 
-    def _isolate(self, idx: list[int], arrays, hw, convert, out: list) -> None:
+    def _isolate(self, idx: list[int], arrays, hw, sink: tuple, out: list) -> None:
         try:
-            results = self._run_once([arrays[i] for i in idx], [hw[i] for i in idx], convert)
+            results = self._run_once([arrays[i] for i in idx], [hw[i] for i in idx], sink)
         except RuntimeError as e:
             # DALI declares the pipeline invalid after an error: drop it, a fresh one is built lazily.
             self._pipe = None
             if len(idx) == 1:
+                self._last_error = self._last_error or _first_line(e)
                 self._note_bad("decode_error", idx[0], _first_line(e))
                 return
             for part in _split(idx, _failed_sample(e)):
-                self._isolate(part, arrays, hw, convert, out)
+                self._isolate(part, arrays, hw, sink, out)
             return
         for i, r in zip(idx, results):
             out[i] = r
 
-    def _run_once(self, arrays: list[np.ndarray], hw: list[tuple[int, int]], convert) -> list:
+    def _run_once(self, arrays: list[np.ndarray], hw: list[tuple[int, int]], sink: tuple) -> list:
+        """One pipeline run; `sink` is (convert, copied) as given to `run`."""
         pipe = self._pipeline()
         pipe.feed_input("enc", arrays)
         pipe.feed_input("size", [np.array(s, dtype=np.float32) for s in hw])
         self.runs += 1
         (tl,) = pipe.run()
-        return [convert(tl[i]) for i in range(len(arrays))]
+        convert, copied = sink
+        results = [convert(tl[i]) for i in range(len(arrays))]
+        if copied is not None:
+            copied()
+        return results
 
     def _note_bad(self, reason: str, index: int, detail: str) -> None:
         if not self.errors[reason]:

@@ -8,10 +8,11 @@ Two places decode:
   and workers ship encoded bytes), else None.
 
 "auto" on CPU is Pillow: on the 2-core Xeon this was built on, Pillow-SIMD with
-JPEG draft-mode (DCT-scaled) decode delivers ~2-3x the images/s of DALI-CPU at
-336x336 and ~1.5-2x with dynamic resolution (tools/bench_decode.py, numbers in
-BENCHMARKS.md): DALI's CPU decoder always decodes at full resolution, and
-draft mode skips most of the IDCT work for large photos. A machine measured
+JPEG draft mode delivers about 2x the images/s of DALI-CPU, at 336x336 and with
+dynamic resolution alike (DALI-CPU at x0.41-0.51 of Pillow across runs of
+tools/bench_decode.py, numbers in BENCHMARKS.md). Both decode with
+libjpeg-turbo at the same speed; DALI loses in its CPU resize (about 2.4x slower
+than Pillow-SIMD's AVX2 resampler here) and has no draft (DCT-scaled) decode. A machine measured
 otherwise can record its own winner with `tools/bench_decode.py --save-choice`
 (a small JSON in ~/.cache/vlmdata keyed by CPU model and library versions);
 "auto" reads it. Choosing by a per-process timing run was rejected: on a busy
@@ -128,10 +129,13 @@ def make_decoder(name: str = "auto") -> ImageDecoder:
     raise ValueError(f"unknown decoder {name!r}: use 'pillow', 'dali' or 'auto'")
 
 
-def make_gpu_stage(name: str, policy: ImagePolicy, device_id: int | None = None):
+def make_gpu_stage(name: str, policy: ImagePolicy, device_id: int | None = None,
+                   image_token_id: int | None = None):
     """A `DaliGpuStage` for decoder "dali"/"auto" when a CUDA GPU and DALI are usable, else None.
 
-    device_id defaults to LOCAL_RANK (torchrun) or 0.
+    Use it with `DatasetOptions(defer_decode=True)` and call `stage(batch)` on each pack in the
+    training process. device_id defaults to LOCAL_RANK (torchrun) or 0; image_token_id (the
+    dataset's `collate_config.image_token_id`) lets a corrupt image cost only its own sample.
     """
     if name not in ("pillow", "dali", "auto"):
         raise ValueError(f"unknown decoder {name!r}: use 'pillow', 'dali' or 'auto'")
@@ -141,4 +145,4 @@ def make_gpu_stage(name: str, policy: ImagePolicy, device_id: int | None = None)
 
     if device_id is None:
         device_id = int(os.environ.get("LOCAL_RANK", "0"))
-    return DaliGpuStage(policy, GpuStageOptions(device="mixed", device_id=device_id))
+    return DaliGpuStage(policy, GpuStageOptions(device="mixed", device_id=device_id, image_token_id=image_token_id))

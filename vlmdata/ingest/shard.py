@@ -86,7 +86,7 @@ def _probe_output(output: str, storage_options: dict) -> None:
     """Fail now, with a clear message, if the output cannot be written."""
     probe = fsutil.join(output, JOBS_DIR, ".write-probe")
     try:
-        fsutil.atomic_write_bytes(probe, b"ok", storage_options)
+        fsutil.atomic_write_bytes(probe, b"ok", storage_options, fsync=False)
         fs, path = url_to_fs(probe, **storage_options)
         fs.rm(path)
     except (OSError, ValueError) as exc:
@@ -114,7 +114,7 @@ def _prepare_output(cfg: ShardConfig, fingerprint: dict) -> None:
                               "use the same options or an empty output")
     _probe_output(cfg.output, so)
     _remove_stale_temps(cfg.output)
-    fsutil.atomic_write_bytes(config_url, json.dumps(fingerprint, sort_keys=True, indent=1).encode(), so)
+    fsutil.atomic_write_bytes(config_url, json.dumps(fingerprint, sort_keys=True, indent=1).encode(), so, cfg.fsync)
 
 
 def _remove_stale_temps(output: str) -> None:
@@ -194,7 +194,7 @@ def _merge(cfg: ShardConfig, results: list[dict], tokenizer: dict, extra_stats: 
     indices = [SampleIndex.load(fsutil.join(cfg.output, s.index), so) for s in shards]
     buf = io.BytesIO()
     np.savez(buf, **concat_planning_columns(indices))
-    fsutil.atomic_write_bytes(fsutil.join(cfg.output, PLANNING_NAME), buf.getvalue(), so)
+    fsutil.atomic_write_bytes(fsutil.join(cfg.output, PLANNING_NAME), buf.getvalue(), so, cfg.fsync)
     skipped: dict[str, int] = {}
     examples: dict[str, dict] = {}
     for r in results:
