@@ -72,6 +72,18 @@ class DemoResult:
         return r["total_real_tokens"] / max(r["total_packs"] * self.max_tokens, 1)
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux), else what platform knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def find_gen_raw() -> str | None:
     """The shared benchmark corpus generator, if this checkout has one next to it."""
     candidates = [os.environ.get("VLMDATA_GEN_RAW", ""), os.path.join(REPO, "..", "shared", "bench", "gen_raw.py")]
@@ -208,7 +220,7 @@ def report(result: DemoResult) -> str:
     losses = r0["losses"]
     lines = [
         "vlmdata demo results",
-        f"  machine            {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"  machine            {cpu_model()}, {os.cpu_count()} cores, "
         f"python {platform.python_version()}",
         f"  corpus             {result.corpus}",
         f"  cache daemon       {result.daemon or 'not used'}",

@@ -321,8 +321,8 @@ class TinyVLM(nn.Module):
     def forward(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(sum of token cross-entropies, number of label tokens) for one PackedBatch."""
         dev = self.embed.weight.device
-        if batch["input_ids"].numel() == 0:
-            return self._empty_pack_loss()
+        if batch["input_ids"].numel() == 0:  # no token at all: run one ignored token (zero loss, same graph)
+            batch = _one_ignored_token()
         h = self.embed_inputs(batch)
         cu = batch["cu_seqlens"].to(dev, non_blocking=True)
         max_seqlen = int(batch["max_seqlen"])
@@ -344,18 +344,11 @@ class TinyVLM(nn.Module):
             loss_sum = loss_sum * 0.0 + 0.0 * self.lm_head.weight.sum()
         return loss_sum, keep.sum()
 
-    def _empty_pack_loss(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """A pack with no sample: zero loss that still touches every parameter (DDP stays in step)."""
-        dev = self.embed.weight.device
-        one = {"input_ids": torch.zeros(1, dtype=torch.long), "position_ids": torch.zeros(1, dtype=torch.long),
-               "cu_seqlens": torch.tensor([0, 1], dtype=torch.int32), "max_seqlen": 1,
-               "labels": torch.full((1,), IGNORE, dtype=torch.long)}
-        h = self.embed_inputs(one)
-        cos, sin = self.rope(one["position_ids"].to(dev))
-        for layer in self.layers:
-            h = layer(h, one["cu_seqlens"].to(dev), 1, cos, sin)
-        zero = 0.0 * self.lm_head(self.norm(h)).float().sum()
-        return zero, torch.zeros((), dtype=torch.long, device=dev)
+
+def _one_ignored_token() -> dict:
+    return {"input_ids": torch.zeros(1, dtype=torch.long), "position_ids": torch.zeros(1, dtype=torch.long),
+            "cu_seqlens": torch.tensor([0, 1], dtype=torch.int32), "max_seqlen": 1,
+            "labels": torch.full((1,), IGNORE, dtype=torch.long)}
 
 
 def param_checksum(model: nn.Module) -> float:

@@ -31,9 +31,10 @@ def test_torchrun_two_ranks(tmp_path):
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    proc = subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", "0", str(script), root, str(tmp_path)],
-                          env=env, capture_output=True, text=True, timeout=300)
+    env["OMP_NUM_THREADS"] = "1"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           str(script), root, str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     steps = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert len(steps[0]) == len(steps[1]) > 0

@@ -191,3 +191,17 @@ def test_dynamic_policy_lengths():
         st, n = int(cols["image_start"][s]), int(cols["n_images"][s])
         expect = int(cols["text_tokens"][s]) + int(pol.tokens(cols["width"][st:st + n], cols["height"][st:st + n]).sum())
         assert t == min(expect, 4096)
+
+
+def test_mix_samples_sets_epoch_length():
+    a, sa = synthetic_columns(n_shards=6, seed=1)
+    b, sb = synthetic_columns(n_shards=6, seed=2)
+    corpus = Corpus.build([a, b], [sa, sb], [1.0, 1.0])
+    opts = PlanOptions(max_tokens=2048, max_images=8, window_shards=2, mix_samples=101)
+    p = EpochPlanner(corpus, FIXED112, opts, 0, 0)
+    flat = [i for g in range(p.total()) for i in p.pack_samples(g)[0].tolist()]
+    n_a = int(sa.sum())
+    assert len(flat) == 101 and len(set(flat)) == 101
+    assert abs(sum(i < n_a for i in flat) - 50.5) <= 1
+    with pytest.raises(ValueError, match="weights"):
+        Corpus.build([a, b], [sa, sb], [0.0, 0.0])

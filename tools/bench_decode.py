@@ -162,7 +162,7 @@ def versions() -> dict:
 
 def write_report(path: Path, args, machine: dict, vers: dict, results: dict, n_images: int) -> None:
     lines = ["# Decode benchmark (tools/bench_decode.py)", "",
-             f"Command: `python tools/bench_decode.py {' '.join(sys.argv[1:])}`".replace("  ", " "), "",
+             "Command: `" + " ".join(["python tools/bench_decode.py"] + sys.argv[1:]) + "`", "",
              f"Machine: {machine['cpu']} ({machine['cores']} cores){', GPU ' + machine['gpu'] if machine['gpu'] else ', no GPU'}",
              f"Versions: {', '.join(f'{k} {v}' for k, v in vers.items())}",
              f"Images: {n_images} gen_raw JPEGs (64-1344 px sides), decoded in calls of {args.pack}, "

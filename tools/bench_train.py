@@ -28,21 +28,10 @@ sys.path.insert(0, REPO)
 
 import torch  # noqa: E402
 
-from pipelines.demo import DemoConfig, make_corpus, report, run_demo, shard  # noqa: E402
+from pipelines.demo import DemoConfig, cpu_model, make_corpus, report, run_demo, shard  # noqa: E402
 from pipelines.model import TinyVLM, VLMConfig  # noqa: E402
 from pipelines.packs import concat_packs, pad_as_rows, split_pack  # noqa: E402
 from pipelines.train import label_count  # noqa: E402
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def load_epoch(data: str, max_tokens: int, image_size: int) -> list[dict]:

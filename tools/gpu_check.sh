@@ -230,6 +230,10 @@ for i in "${!NAMES[@]}"; do
     printf '%-11s %-5s %5ss  %s\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}" "${DETAIL[$i]}"
     [ "${STATUS[$i]}" = FAIL ] && fail=1
 done
-[ "$HAVE_GPU" = 1 ] || { echo "RESULT: FAIL - no usable NVIDIA GPU: the GPU checks did not run"; exit 1; }
+if [ "$HAVE_GPU" = 0 ]; then
+    if [ "$MIXED" = cpu ]; then echo "RESULT: FAIL - no usable NVIDIA GPU (GPU steps ran on the CPU: GPU_CHECK_DRY=1)"
+    else echo "RESULT: FAIL - no usable NVIDIA GPU: the GPU checks did not run"; fi
+    exit 1
+fi
 [ "$fail" = 0 ] && { echo "RESULT: PASS (outputs in $OUT)"; exit 0; }
 echo "RESULT: FAIL (logs in $OUT)"; exit 1

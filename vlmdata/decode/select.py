@@ -9,7 +9,7 @@ Two places decode:
 
 "auto" on CPU is Pillow: on the 2-core Xeon this was built on, Pillow-SIMD with
 JPEG draft mode delivers about 2x the images/s of DALI-CPU, at 336x336 and with
-dynamic resolution alike (DALI-CPU at x0.41-0.51 of Pillow across runs of
+dynamic resolution alike (DALI-CPU at x0.33-0.66 of Pillow across runs of
 tools/bench_decode.py, numbers in BENCHMARKS.md). Both decode with
 libjpeg-turbo at the same speed; DALI loses in its CPU resize (about 2.4x slower
 than Pillow-SIMD's AVX2 resampler here) and has no draft (DCT-scaled) decode. A machine measured

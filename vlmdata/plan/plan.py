@@ -12,7 +12,7 @@ Windows are planned lazily, in order, on demand: the first packs of a huge
 dataset are ready after planning one window. Nothing depends on the world
 size or the number of DataLoader workers.
 
-Several datasets mix by weight: source i contributes n_i = round(w_i / sum(w) * total)
+Several datasets mix by weight: source i contributes n_i ~ w_i / sum(w) * total (largest remainders)
 samples per epoch (repeating or sub-sampling its own shuffled stream of
 windows), and mixed window k takes the k-th equal slice of every source's
 stream, shuffled together. A single dataset's windows are its own windows.
@@ -183,8 +183,15 @@ class EpochPlanner:
             self.windows = [[_Segment(0, 0, k, 0, int(n))] for k, n in enumerate(sizes)]
             return
         total = self.options.mix_samples or sum(c.source_samples(i) for i in range(c.num_sources))
-        share = c.weights / c.weights.sum()
-        targets = [int(round(total * s)) if c.source_samples(i) else 0 for i, s in enumerate(share)]
+        weights = np.asarray([w if c.source_samples(i) else 0.0 for i, w in enumerate(c.weights)])
+        if weights.sum() <= 0:
+            raise ValueError("every dataset with a non-zero weight is empty")
+        raw = total * weights / weights.sum()
+        targets = np.floor(raw).astype(np.int64)
+        # largest remainders get the samples left, so the counts add up to `total` exactly
+        for i in np.argsort(-(raw - targets), kind="stable")[:total - int(targets.sum())]:
+            targets[i] += 1
+        targets = targets.tolist()
         n_windows = sum(-(-c.source_shards(i) // self.options.window_shards) for i in range(c.num_sources))
         avg = max(1, total // max(1, n_windows))
         n_mixed = max(1, -(-sum(targets) // avg))
