@@ -4,13 +4,25 @@ The trainer only needs `BatchSource`: iterate (across epochs, forever),
 `state_dict()` (plain data: what to resume from) and `load_state_dict()`.
 `DatasetSource` wraps vlmdata's `VLMDataset` + `make_loader`; `ListSource`
 cycles over in-memory packs (tests that need no dataset).
+
+GPU decode: on a CUDA device with decoder "dali"/"auto" (and a WebDataset
+dataset), `make_batch_source` builds the dataset with `defer_decode=True` (the
+workers ship encoded JPEG bytes) and wraps it in `StagedSource`, which runs
+`vlmdata.decode.dali_gpu.DaliGpuStage` (nvJPEG decode, resize, normalise, in
+this process) on every pack. Its `pixel_values` are floating and normalised,
+which the model recognises by their dtype. Elsewhere nothing changes: the
+workers decode to uint8.
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import math
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
+
+import torch
 
 from vlmdata.decode.policy import DynamicPolicy, FixedPolicy, make_policy
 from vlmdata.formats.manifest import Manifest
@@ -38,6 +50,9 @@ class DataOptions:
     decoder: str = "auto"
     cache_daemon: str | None = None    # address of a `vlmdata cache-daemon`, else direct reads
     seed: int = 0
+    decode_stage: str = "auto"         # decode in the training process: "auto" (DALI on a CUDA device when
+                                       # decoder is dali/auto), "off" (always the workers), "dali-cpu" (DALI's
+                                       # CPU backend in the training process: GPU-less checks of that path)
 
     def policy(self) -> FixedPolicy | DynamicPolicy:
         if self.image_size == "dynamic":
@@ -66,13 +81,16 @@ def make_cache(opts: DataOptions):
 class DatasetSource:
     """VLMDataset + make_loader, rolled over epochs; state = the last consumed pack's state."""
 
-    def __init__(self, opts: DataOptions, rank: int, world_size: int, pin_memory: bool = False):
+    def __init__(self, opts: DataOptions, rank: int, world_size: int, pin_memory: bool = False,
+                 defer_decode: bool = False):
         from vlmdata import VLMDataset, make_loader
+        from vlmdata.dataset import DatasetOptions
 
         self.opts = opts
         self.dataset = VLMDataset(opts.data, seed=opts.seed, max_tokens=opts.max_tokens,
                                   max_images=opts.max_images, image_size=opts.policy(), rank=rank,
-                                  world_size=world_size, decoder=opts.decoder, cache=make_cache(opts))
+                                  world_size=world_size, decoder=opts.decoder, cache=make_cache(opts),
+                                  options=DatasetOptions(defer_decode=defer_decode))
         self._make_loader = make_loader
         self.pin_memory = pin_memory
         self.epoch = 0
@@ -127,3 +145,92 @@ class ListSource:
 
     def load_state_dict(self, state: dict) -> None:
         self.consumed = int(state["consumed"])
+
+
+Stage = Callable[[dict], dict]
+
+
+class StagedSource:
+    """A BatchSource whose packs go through `stage` in this process (e.g. DaliGpuStage: GPU decode).
+
+    The trainer times `next()` as data wait, so the stage's time counts as data wait; each pack
+    also carries it as `stage_seconds`. State is the wrapped source's (the stage holds none).
+    """
+
+    def __init__(self, source: BatchSource, stage: Stage):
+        self.source, self.stage = source, stage
+
+    def __iter__(self) -> Iterator[dict]:
+        for batch in self.source:
+            t = time.perf_counter()
+            batch = self.stage(batch)
+            batch["stage_seconds"] = time.perf_counter() - t
+            yield batch
+
+    def state_dict(self) -> dict:
+        return self.source.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.source.load_state_dict(state)
+
+
+def check_normalisation(mean: tuple, std: tuple) -> None:
+    """Raise unless a stage normalises (0-255 scale mean/std) exactly as the model does for uint8 pixels."""
+    from pipelines.model import PIXEL_MEAN, PIXEL_STD
+
+    def same(got: tuple, want: tuple) -> bool:
+        return len(got) == len(want) and all(math.isclose(a, 255 * b, rel_tol=1e-6) for a, b in zip(got, want))
+
+    if not (same(tuple(mean), PIXEL_MEAN) and same(tuple(std), PIXEL_STD)):
+        raise ValueError(f"the decode stage normalises with mean {tuple(mean)} / std {tuple(std)} (0-255 scale) "
+                         f"but the model expects CLIP's {tuple(255 * m for m in PIXEL_MEAN)} / "
+                         f"{tuple(255 * s for s in PIXEL_STD)}")
+
+
+DECODE_STAGES = ("auto", "off", "dali-cpu")
+
+
+def gpu_stage_for(opts: DataOptions, device: torch.device, image_token_id: int):
+    """The in-process decode stage for `opts.decode_stage`, or None (worker decode).
+
+    "auto": a DaliGpuStage when packs can be decoded on this CUDA device (not on CPU, not with
+    decoder "pillow", not for memmap datasets, which hold decoded arrays); "dali-cpu": the same
+    stage on DALI's CPU backend, float32 (any device); "off": None.
+    """
+    if opts.decode_stage not in DECODE_STAGES:
+        raise ValueError(f"unknown decode stage {opts.decode_stage!r}: use one of {', '.join(DECODE_STAGES)}")
+    if opts.decode_stage == "off" or (opts.decode_stage == "auto" and device.type != "cuda"):
+        return None
+    if Manifest.load(opts.data).kind == "memmap":  # already-decoded arrays: nothing to decode
+        return None
+    if opts.decode_stage == "dali-cpu":
+        from vlmdata.decode.dali_gpu import DaliGpuStage, GpuStageOptions
+
+        stage = DaliGpuStage(opts.policy(), GpuStageOptions(device="cpu", dtype="float32",
+                                                            image_token_id=image_token_id))
+    else:
+        from vlmdata.decode.select import make_gpu_stage
+
+        stage = make_gpu_stage(opts.decoder, opts.policy(), device.index or 0, image_token_id)
+    if stage is not None:
+        norm = stage.options.normalize
+        check_normalisation(norm.mean, norm.std)
+    return stage
+
+
+def staged_dataset_source(opts: DataOptions, rank: int, world_size: int, stage: Stage | None,
+                          pin_memory: bool = False) -> BatchSource:
+    """DatasetSource, deferring decode to `stage` when one is given."""
+    source = DatasetSource(opts, rank, world_size, pin_memory=pin_memory, defer_decode=stage is not None)
+    return source if stage is None else StagedSource(source, stage)
+
+
+def make_batch_source(opts: DataOptions, rank: int, world_size: int, device: torch.device,
+                      image_token_id: int) -> BatchSource:
+    """The trainer's source: GPU decode in this process when usable (see module doc), else worker decode."""
+    stage = gpu_stage_for(opts, device, image_token_id)
+    if stage is not None:
+        log.info("rank %d: images decoded by DALI (%s) in the training process", rank, stage.options.device)
+    else:
+        log.info("rank %d: images decoded in the DataLoader workers (decoder=%s)", rank, opts.decoder)
+    return staged_dataset_source(opts, rank, world_size, stage, pin_memory=device.type == "cuda")

@@ -51,6 +51,26 @@ class DemoResult:
     shard_seconds: float
     train_seconds: float
     max_tokens: int
+    config: DemoConfig = field(default_factory=DemoConfig)
+    dataset: dict = field(default_factory=dict)         # shards, samples, images, bytes (from the manifest)
+    daemon_stats: dict | None = None                    # the cache daemon's own counters, read before it stops
+    workdir: str | None = None                          # None when it was a temporary directory, now removed
+
+    @property
+    def cache_hits(self) -> tuple[dict, str] | None:
+        """Shard reads per serving tier and where the counts come from: the packs' stats, else the daemon's."""
+        from_packs: dict = {}
+        for r in self.ranks:
+            stats = r.get("loader_stats") or {}
+            for name in ("cache_hits", "cache_misses"):
+                for tier, n in (stats.get(name) or {}).items():
+                    from_packs.setdefault(name, {}).setdefault(tier, 0)
+                    from_packs[name][tier] += n
+        if from_packs.get("cache_hits"):
+            return {"hits": from_packs["cache_hits"], "misses": from_packs.get("cache_misses", {})}, "packs"
+        if self.daemon_stats and self.daemon_stats.get("hits"):
+            return self.daemon_stats, "cache daemon"
+        return None
 
     @property
     def tokens_per_second(self) -> float:
@@ -70,6 +90,44 @@ class DemoResult:
         """Real tokens / token budget of the packs (all steps, all ranks)."""
         r = self.ranks[0]
         return r["total_real_tokens"] / max(r["total_packs"] * self.max_tokens, 1)
+
+
+def cache_hit_rate(stats: dict) -> tuple[float, int]:
+    """(fraction of demand shard reads served by memory or disk, number of reads).
+
+    `stats` holds per-tier `hits` (reads served by that tier) and `misses`; a read served by
+    "remote" came from the store, and a "remote" miss is a failed fetch.
+    """
+    hits, misses = stats.get("hits") or {}, stats.get("misses") or {}
+    reads = sum(hits.values()) + misses.get("remote", 0)
+    cached = sum(n for tier, n in hits.items() if tier != "remote")
+    return (cached / reads if reads else 0.0), reads
+
+
+def query_daemon_stats(address: str, timeout: float = 5.0) -> dict | None:
+    """The cache daemon's counters (its `stats` request), or None when it does not answer."""
+    from vlmdata.cache.protocol import ProtocolError, connect, recv_msg, send_msg
+
+    try:
+        sock = connect(address, timeout=timeout)
+        try:
+            send_msg(sock, {"op": "stats"})
+            reply = recv_msg(sock)
+        finally:
+            sock.close()
+    except (OSError, ProtocolError) as exc:
+        log.warning("cache daemon at %s gave no stats: %s", address, exc)
+        return None
+    return reply.get("stats") if isinstance(reply, dict) and reply.get("ok") else None
+
+
+def dataset_summary(path: str) -> dict:
+    """Shards, samples, images and bytes of a sharded dataset (from its manifest)."""
+    from vlmdata.formats.manifest import Manifest
+
+    shards = Manifest.load(path).shards
+    return {"shards": len(shards), "samples": sum(x.samples for x in shards),
+            "images": sum(x.images for x in shards), "bytes": sum(x.bytes for x in shards)}
 
 
 def cpu_model() -> str:
@@ -183,6 +241,8 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     raw, data, out = (os.path.join(workdir, d) for d in ("raw", "dataset", "train"))
     daemon = None
     try:
+        print(f"vlmdata demo: corpus -> shards -> {cfg.steps} packed training steps on {cfg.nproc} local ranks "
+              f"(work directory {workdir})", flush=True)
         t0 = time.perf_counter()
         if cfg.dataset:
             data, corpus = cfg.dataset, f"existing dataset {cfg.dataset}"
@@ -207,7 +267,9 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
             with open(os.path.join(out, f"result.rank{r}.json")) as f:
                 ranks.append(json.load(f))
         return DemoResult(corpus, daemon.socket if daemon else None, ranks, shard_seconds, train_seconds,
-                          cfg.max_tokens)
+                          cfg.max_tokens, config=cfg, dataset=dataset_summary(data),
+                          daemon_stats=query_daemon_stats(daemon.socket) if daemon else None,
+                          workdir=workdir if (cfg.keep or cfg.workdir) else None)
     finally:
         if daemon:
             daemon.stop()
@@ -215,22 +277,68 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _size(nbytes: float) -> str:
+    """Bytes in decimal units (B, kB, MB, GB)."""
+    for unit in ("B", "kB", "MB"):
+        if nbytes < 1000:
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1000
+    return f"{nbytes:.1f} GB"
+
+
 def report(result: DemoResult) -> str:
-    r0 = result.ranks[0]
+    """What the demo did and what it measured, each figure with a short explanation."""
+    cfg, r0, ds = result.config, result.ranks[0], result.dataset
     losses = r0["losses"]
+    skipped = sum(sum((r.get("loader_stats") or {}).get("skipped", {}).values()) for r in result.ranks)
+    samples = sum((r.get("loader_stats") or {}).get("samples", 0) for r in result.ranks)
+    decode = (f"in the training process ({r0['decode_stage']}, GPU)" if r0.get("decode_stage")
+              else f"in the DataLoader workers ({cfg.num_workers} per rank)")
+    params = f", {r0['params'] / 1e6:.1f} M params" if r0.get("params") else ""
+    wait = 100 * result.data_wait_fraction
     lines = [
-        "vlmdata demo results",
-        f"  machine            {cpu_model()}, {os.cpu_count()} cores, "
-        f"python {platform.python_version()}",
+        "vlmdata demo: generated a corpus, sharded it, and trained a small vision-language model on packed",
+        "batches (several samples per sequence, no padding between them) with torchrun.",
+        "",
+        "What ran",
+        f"  machine            {cpu_model()}, {os.cpu_count()} cores, python {platform.python_version()}",
         f"  corpus             {result.corpus}",
-        f"  cache daemon       {result.daemon or 'not used'}",
-        f"  ranks x steps      {r0['world_size']} x {len(r0['steps'])} ({r0['device']})",
-        f"  loss               {losses[0]:.3f} -> {losses[-1]:.3f}",
-        f"  real tokens/s      {result.tokens_per_second:,.0f} (all ranks, steps after the first)",
-        f"  images/s           {result.images_per_second:,.1f}",
-        f"  data-wait fraction {100 * result.data_wait_fraction:.1f} % (worst rank)",
-        f"  packing efficiency {100 * result.packing_efficiency:.1f} % of the {result.max_tokens}-token budget",
-        f"  ranks in sync      {len({round(r['checksum'], 6) for r in result.ranks}) == 1}",
-        f"  time               shard {result.shard_seconds:.1f} s, train {result.train_seconds:.1f} s",
     ]
+    if ds:
+        lines.append(f"  dataset            {ds['shards']} shards, {ds['samples']:,} samples, {ds['images']:,} images, "
+                     f"{_size(ds['bytes'])}")
+    lines += [
+        f"  cache daemon       {result.daemon or 'not used'}",
+        f"  training           {r0['world_size']} ranks x {len(r0['steps'])} steps on {r0['device']}, "
+        f"model {cfg.model}{params}, {result.max_tokens}-token packs, {cfg.image_size} px images",
+        f"  image decode       {decode}",
+        "",
+        "Results",
+        f"  loss               {losses[0]:.3f} -> {losses[-1]:.3f}"
+        + ("   (falling: the model learns from the packed data)" if losses[-1] < losses[0] else ""),
+        f"  real tokens/s      {result.tokens_per_second:,.0f}   all ranks, padding excluded, after the first step",
+        f"  images/s           {result.images_per_second:,.1f}",
+        f"  data-wait fraction {wait:.1f} %   of step time the slowest rank waited for its next batch"
+        + (" (the data pipeline keeps up)" if wait < 5 else " (the data pipeline is a bottleneck)"),
+        f"  packing efficiency {100 * result.packing_efficiency:.1f} %   of each pack's {result.max_tokens} token "
+        "slots hold real tokens (the rest is padding)",
+    ]
+    hits = result.cache_hits
+    if hits is not None:
+        rate, reads = cache_hit_rate(hits[0])
+        lines.append(f"  cache hit rate     {100 * rate:.1f} %   of {reads} shard reads served from memory/disk "
+                     f"instead of the store (counted by the {hits[1]})")
+    lines += [
+        f"  samples            {samples:,} trained"
+        + (f", {skipped:,} skipped (bad data, counted)" if skipped else ", none skipped"),
+        f"  ranks in sync      {len({round(r['checksum'], 6) for r in result.ranks}) == 1}   "
+        "(same parameters on every rank after the last step)",
+        f"  time               shard {result.shard_seconds:.1f} s, train {result.train_seconds:.1f} s",
+        "",
+    ]
+    if result.workdir:
+        lines.append(f"Kept in {result.workdir}: dataset/ (shards + manifest.json), train/steps.rank*.jsonl "
+                     "(one line per step), train/result.rank*.json")
+    else:
+        lines.append("The temporary work directory was removed; --workdir DIR keeps the dataset and per-step logs.")
     return "\n".join(lines)

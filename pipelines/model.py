@@ -1,7 +1,10 @@
 """A small but real vision-language model that consumes PackedBatch dicts.
 
-- Vision encoder: ViT over image patches. Pixels arrive as uint8 and are
-  normalised here, on the device. Fixed-resolution packs carry
+- Vision encoder: ViT over image patches. The dtype of `pixel_values` says
+  what the pixels are: uint8 = raw 0-255 (decoded in the DataLoader workers),
+  normalised here, on the device; floating = already normalised with the same
+  CLIP mean/std (the DALI GPU stage's output, bf16 by default), used as they
+  are. Any other dtype is an error. Fixed-resolution packs carry
   `pixel_values` [n_img, 3, S, S]; dynamic-resolution packs carry flattened
   patches [n_patches, 3*p*p] plus `image_grid` (rows, cols per image) and
   `vision_cu_seqlens`. Both become one patch sequence per image, and the
@@ -35,7 +38,8 @@ from torch.utils.checkpoint import checkpoint
 from pipelines.attention import varlen_attention
 
 IGNORE = -100
-# CLIP normalisation constants, applied on the device to uint8 pixels.
+# CLIP normalisation constants (0-1 scale), applied on the device to uint8 pixels. Floating pixels must
+# have been normalised with these already (see `pixels_are_normalised`).
 PIXEL_MEAN = (0.48145466, 0.4578275, 0.40821073)
 PIXEL_STD = (0.26862954, 0.26130258, 0.27577711)
 
@@ -163,14 +167,14 @@ class VisionBlock(nn.Module):
 
 @dataclass
 class PatchSequence:
-    """All images of a pack as one patch sequence: uint8 patches + per-image grids.
+    """All images of a pack as one patch sequence: patch rows + per-image grids.
 
     Patch rows follow vlmdata.decode.patches (the Qwen2-VL layout): channel-major
     (c, py, px) values, and inside an image merge x merge blocks of neighbouring
     patches are contiguous, blocks in row-major order.
     """
 
-    patches: torch.Tensor        # uint8 [N, 3*p*p]
+    patches: torch.Tensor        # [N, 3*p*p]: uint8 0-255, or floating already normalised
     grids: torch.Tensor          # int64 [n_img, 2] (rows, cols) in patches
     cu_seqlens: torch.Tensor     # int32 [n_img + 1]
     max_seqlen: int
@@ -189,6 +193,15 @@ def fixed_patches(pixel_values: torch.Tensor, patch: int, merge: int = 1) -> Pat
     grids = torch.tensor([[rows, cols]] * n, dtype=torch.int64).reshape(n, 2)
     cu = torch.arange(n + 1, dtype=torch.int32) * (rows * cols)
     return PatchSequence(patches, grids, cu, rows * cols)
+
+
+def pixels_are_normalised(pixels: torch.Tensor) -> bool:
+    """False for uint8 (raw 0-255), True for floating (normalised upstream); other dtypes are an error."""
+    if pixels.dtype == torch.uint8:
+        return False
+    if pixels.dtype.is_floating_point:
+        return True
+    raise TypeError(f"pixel_values must be uint8 (0-255) or floating (already normalised), got {pixels.dtype}")
 
 
 def image_grids(batch: dict) -> torch.Tensor:
@@ -251,7 +264,9 @@ class VisionEncoder(nn.Module):
 
     def forward(self, seq: PatchSequence, checkpointing: bool = False) -> torch.Tensor:
         dev = self.patch_embed.weight.device
-        x = seq.patches.to(dev, non_blocking=True).float() * self.pixel_scale + self.pixel_shift
+        x = seq.patches.to(dev, non_blocking=True)
+        if not pixels_are_normalised(x):
+            x = x.float() * self.pixel_scale + self.pixel_shift
         x = self.patch_embed(x.to(self.patch_embed.weight.dtype))
         rows, cols = self.positions(seq.grids, dev)
         x = x + self.row_embed(rows) + self.col_embed(cols)

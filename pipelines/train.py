@@ -20,6 +20,12 @@
   reproduces the losses of an uninterrupted one.
 - Per step: real tokens/s, step time, data-wait fraction, loss (log lines,
   a JSONL file per rank under --out, and Prometheus metrics per rank).
+- GPU decode: on CUDA with `--decoder dali|auto`, the workers ship encoded
+  images and DALI decodes them on the GPU in this process before each step
+  (`pipelines.data.make_batch_source`); that time counts as data wait and is
+  also reported as `stage_seconds`. `--decoder pillow` or `--decode-stage off`
+  keeps worker decode; `--decode-stage dali-cpu` runs the same stage on DALI's
+  CPU backend (to check that path without a GPU).
 """
 from __future__ import annotations
 
@@ -39,7 +45,7 @@ import torch.distributed as dist
 from torch import nn
 
 from pipelines.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from pipelines.data import BatchSource, DataOptions, DatasetSource, model_fields_for
+from pipelines.data import BatchSource, DataOptions, make_batch_source, model_fields_for
 from pipelines.model import IGNORE, TinyVLM, VLMConfig, image_grids, param_checksum
 from vlmdata import fsutil
 from vlmdata.metrics import MetricSet, StatsDelta
@@ -228,6 +234,7 @@ class Trainer:
         self.metrics = MetricSet()
         self.loader_stats = StatsDelta()  # the packs' own counts (samples, skips, cache tiers), summed
         self.records: list[StepRecord] = []
+        self.decode_stage: str | None = None  # class name of the source's in-process decode stage, if any
         self.start_step = 0
         self.metrics_url: str | None = None
         self._server = None
@@ -251,6 +258,8 @@ class Trainer:
 
     def run(self, source: BatchSource) -> dict:
         cfg, info = self.cfg, self.info
+        stage = getattr(source, "stage", None)
+        self.decode_stage = type(stage).__name__ if stage is not None else None
         self.restore(source)
         if cfg.metrics_port is not None:
             self._server, self.metrics_url = start_metrics_server(self.metrics, cfg.metrics_port, info.rank)
@@ -291,11 +300,12 @@ class Trainer:
     def train_step(self, step: int, it: Iterator[dict]) -> StepRecord:
         info, cfg = self.info, self.cfg
         t0 = time.perf_counter()
-        micro, wait = [], 0.0
+        micro, wait, stage = [], 0.0, 0.0
         for _ in range(cfg.accum):
             t = time.perf_counter()
             batch = next(it)
             wait += time.perf_counter() - t
+            stage += batch.pop("stage_seconds", 0.0)  # in-process decode: part of the wait
             micro.append(batch)
             if batch.get("stats"):
                 delta = StatsDelta.from_dict(batch["stats"])
@@ -326,7 +336,8 @@ class Trainer:
         return StepRecord(step=step, loss=loss_g / max(global_count, 1), label_tokens=global_count,
                           real_tokens=int(real_g), images=int(images_g), samples=int(samples_g), packs=int(packs_g),
                           step_seconds=elapsed, wait_seconds=wait, lr=lr,
-                          extra={"local_real_tokens": real, "local_loss_sum": float(loss_sum)})
+                          extra={"local_real_tokens": real, "local_loss_sum": float(loss_sum),
+                                 "stage_seconds": stage})
 
     def summary(self) -> dict:
         """This rank's totals; throughput excludes the first step (loader start-up, warm-up)."""
@@ -340,8 +351,11 @@ class Trainer:
             "fsdp": self.cfg.fsdp, "start_step": self.start_step,
             "steps": [r.step for r in self.records], "losses": [r.loss for r in self.records],
             "checksum": param_checksum(self.module), "metrics_url": self.metrics_url,
+            "params": sum(p.numel() for p in self.module.parameters()),
             "steady_steps": len(steady), "seconds": seconds, "wait_seconds": wait,
             "data_wait_fraction": wait / seconds if seconds else 0.0,
+            "decode_stage": self.decode_stage,
+            "stage_seconds": sum(r.extra.get("stage_seconds", 0.0) for r in steady),
             "real_tokens": real, "images": images, "packs": sum(r.packs for r in steady),
             "samples": sum(r.samples for r in steady),
             "tokens_per_second": real / seconds if seconds else 0.0,
@@ -384,7 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-images", type=int, default=16)
     p.add_argument("--image-size", default="56", help="fixed image side (multiple of 14) or 'dynamic'")
     p.add_argument("--num-workers", default="1", help="DataLoader workers per rank, or 'auto'")
-    p.add_argument("--decoder", default="auto")
+    p.add_argument("--decoder", default="auto", help="pillow | dali | auto")
+    p.add_argument("--decode-stage", default="auto", choices=("auto", "off", "dali-cpu"),
+                   help="decode in the training process: auto = DALI on the GPU when there is one and the "
+                        "decoder is dali/auto; off = always in the workers; dali-cpu = DALI's CPU backend "
+                        "in the training process (checks that path without a GPU)")
     p.add_argument("--cache-daemon", default=None, help="address of a vlmdata cache-daemon")
     p.add_argument("--model", default="tiny", choices=("tiny", "small", "base"))
     p.add_argument("--attn-backend", default="auto", choices=("auto", "flash", "torch", "reference"))
@@ -411,7 +429,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[TrainConfig, VLMConfig,
     workers = args.num_workers if args.num_workers == "auto" else int(args.num_workers)
     size = args.image_size if args.image_size == "dynamic" else int(args.image_size)
     data = DataOptions(data=args.data, max_tokens=args.max_tokens, max_images=args.max_images, image_size=size,
-                       num_workers=workers, decoder=args.decoder, cache_daemon=args.cache_daemon, seed=args.seed)
+                       num_workers=workers, decoder=args.decoder, cache_daemon=args.cache_daemon, seed=args.seed,
+                       decode_stage=args.decode_stage)
     model_cfg = VLMConfig.preset(args.model, attn_backend=args.attn_backend,
                                  activation_checkpointing=args.activation_checkpointing, **model_fields_for(data))
     cfg = TrainConfig(steps=args.steps, accum=args.accum, lr=args.lr, warmup=args.warmup,
@@ -428,14 +447,15 @@ def main(argv: list[str] | None = None) -> int:
     cfg, model_cfg, data = configs_from_args(args)
 
     def make_source(info: DistInfo) -> BatchSource:
-        return DatasetSource(data, info.rank, info.world_size, pin_memory=info.device.type == "cuda")
+        return make_batch_source(data, info.rank, info.world_size, info.device, model_cfg.image_token_id)
 
     try:
         result = train(cfg, model_cfg, make_source)
         if result["rank"] == 0:
-            log.info("done: %d steps, %.0f real tokens/s per rank, data-wait %.1f%%", len(result["steps"]),
-                     result["tokens_per_second"] / max(result["world_size"], 1),
-                     100 * result["data_wait_fraction"])
+            log.info("done: %d steps, %.0f real tokens/s per rank, data-wait %.1f%%, decode: %s",
+                     len(result["steps"]), result["tokens_per_second"] / max(result["world_size"], 1),
+                     100 * result["data_wait_fraction"],
+                     "in-process " + result["decode_stage"] if result["decode_stage"] else "DataLoader workers")
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -250,3 +250,24 @@ def test_client_over_loopback_tcp(daemon, tmp_path):
     assert [bytes(c.get(r)) for r in refs] == [Path(r.url).read_bytes() for r in refs]
     assert c.daemon_gets == 2 and c.fallback_gets == 0
     c.close()
+
+
+@pytest.mark.parametrize("flag, expected", [(None, "0100007F"), ("0.0.0.0", "00000000")])
+def test_metrics_host_flag_sets_the_bind_address(tmp_path, monkeypatch, flag, expected):
+    """Default: loopback only; `--metrics-host 0.0.0.0` (containers) listens on every interface."""
+    monkeypatch.delenv("VLMDATA_METRICS_HOST", raising=False)
+    sock = Path(tempfile.mkdtemp(prefix="vlmd-", dir="/tmp")) / "d.sock"
+    extra = ["--metrics-port", "0"] + (["--metrics-host", flag] if flag else [])
+    with daemon_process(tmp_path / "ssd", sock, 1 << 24, extra) as proc:
+        url = None
+        while url is None:
+            line = proc.stdout.readline()
+            assert line, "daemon exited before printing its metrics URL"
+            if line.startswith("metrics: "):
+                url = line.split(" ", 1)[1].strip()
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        assert _listening_on(port) == [expected]
+        assert b"vlmdata_" in urllib.request.urlopen(url, timeout=10).read()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    os.rmdir(sock.parent)

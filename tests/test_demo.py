@@ -31,6 +31,9 @@ def test_demo_small_run(tmp_path):
     assert 0 <= _figure(out, "data-wait fraction") < 100
     assert 50 < _figure(out, "packing efficiency") <= 100
     assert "ranks in sync      True" in out
+    assert "What ran" in out and "Results" in out and "image decode       in the DataLoader workers" in out
+    assert re.search(r"dataset\s+1 shards, 60 samples", out), out
+    assert "Kept in " + str(tmp_path) in out
     m = re.search(r"loss\s+([\d.]+) -> ([\d.]+)", out)
     assert m and float(m.group(2)) < float(m.group(1))
     results = [json.load(open(tmp_path / "train" / f"result.rank{r}.json")) for r in (0, 1)]
@@ -42,6 +45,11 @@ def test_demo_small_run(tmp_path):
         manifest = json.load(open(tmp_path / "dataset" / "manifest.json"))
         cached = [f for f in os.listdir(tmp_path / "cache") if f.endswith(".data")]
         assert len(cached) == len(manifest["shards"]) > 0
+        # every shard read went through the daemon and is counted in the hit rate (the first read of a
+        # shard is a miss, so the rate is below 100 %)
+        m = re.search(r"cache hit rate\s+([\d.]+) %\s+of (\d+) shard reads", out)
+        assert m, out
+        assert 0 <= float(m.group(1)) < 100 and int(m.group(2)) >= len(manifest["shards"])
     else:
         assert "cache daemon       not used" in out
 
@@ -66,3 +74,47 @@ def test_gen_raw_absent_falls_back_to_builtin(tmp_path, monkeypatch):
     assert len(lines) == 5 and all(json.loads(x)["conversations"] for x in lines)
     with pytest.raises(SystemExit, match="gen_raw"):
         demo.make_corpus(demo.DemoConfig(samples=5, corpus="gen_raw"), str(tmp_path / "raw2"))
+
+
+def _result(**overrides):
+    from pipelines.demo import DemoConfig, DemoResult
+
+    rank = {"world_size": 2, "steps": [0, 1, 2], "device": "cpu", "losses": [5.0, 4.0, 3.5], "checksum": 1.0,
+            "tokens_per_second": 1234.0, "images_per_second": 5.0, "data_wait_fraction": 0.02,
+            "total_real_tokens": 900, "total_packs": 1, "params": 4_400_000, "decode_stage": None,
+            "loader_stats": {"samples": 10, "skipped": {"corrupt_image": 1},
+                             "cache_hits": {"memory": 2, "disk": 1, "remote": 1}, "cache_misses": {"memory": 2}}}
+    fields = {"corpus": "builtin", "daemon": None, "ranks": [rank, dict(rank, data_wait_fraction=0.08)],
+              "shard_seconds": 1.0, "train_seconds": 2.0, "max_tokens": 1024, "config": DemoConfig(),
+              "dataset": {"shards": 2, "samples": 200, "images": 300, "bytes": 3_200_000}}
+    fields.update(overrides)
+    return DemoResult(**fields)
+
+
+def test_cache_hit_rate_counts_reads_served_by_a_cache_tier():
+    from pipelines.demo import cache_hit_rate
+
+    assert cache_hit_rate({"hits": {"memory": 3, "disk": 1, "remote": 4}, "misses": {"memory": 5, "disk": 4}}) == (
+        0.5, 8)
+    # a failed fetch ("remote" miss) is a read that no cache served
+    assert cache_hit_rate({"hits": {"disk": 1}, "misses": {"remote": 1}}) == (0.5, 2)
+    assert cache_hit_rate({"hits": {}, "misses": {}}) == (0.0, 0)
+
+
+def test_report_explains_each_figure():
+    from pipelines.demo import report
+
+    text = report(_result())
+    assert "data-wait fraction 8.0 %" in text and "bottleneck" in text  # the worst rank, flagged over 5 %
+    assert "packing efficiency 87.9 %" in text  # 900 real tokens / (1 pack x 1024)
+    # the packs carry cache counts (both ranks summed): 6 of 8 reads from memory/disk
+    assert "cache hit rate     75.0 %   of 8 shard reads" in text and "counted by the packs" in text
+    assert "20 trained, 2 skipped" in text and "4.4 M params" in text
+    assert "dataset            2 shards, 200 samples, 300 images, 3.2 MB" in text
+    assert "--workdir DIR keeps" in text
+    # no counts in the packs: the daemon's own counters are used; none at all: no hit-rate line
+    ranks = [dict(r, loader_stats={"samples": 10}) for r in _result().ranks]
+    daemon = report(_result(ranks=ranks, daemon="/tmp/x.sock",
+                            daemon_stats={"hits": {"disk": 3, "remote": 1}, "misses": {"memory": 4}}))
+    assert "cache hit rate     75.0 %   of 4 shard reads" in daemon and "counted by the cache daemon" in daemon
+    assert "cache hit rate" not in report(_result(ranks=ranks))

@@ -74,3 +74,64 @@ def test_prepare_keeps_or_reencodes():
     assert out.ext == "jpg" and (out.width, out.height) == (200, 50) == Image.open(io.BytesIO(out.data)).size
     q = prepare_image(small, ImageOptions(quality=30))
     assert q.data != small and len(q.data) < len(small) and (q.width, q.height) == (100, 50)
+
+
+def _oriented_jpeg(w: int = 96, h: int = 48, orientation: int = 6) -> bytes:
+    """Stored w x h: left half red, right half blue; EXIF says "rotate 90 CW to display"."""
+    import numpy as np
+
+    arr = np.zeros((h, w, 3), np.uint8)
+    arr[:, : w // 2] = (220, 0, 0)
+    arr[:, w // 2:] = (0, 0, 220)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="JPEG", quality=95, exif=exif.tobytes())
+    return buf.getvalue()
+
+
+def test_exif_orientation_index_sizes_equal_decoded_sizes(tmp_path):
+    """Index (w, h) are the stored pixels, which is what Pillow and the project's DALI path decode."""
+    import json
+
+    import numpy as np
+    from shard_fixtures import shard
+
+    from vlmdata.decode.pillow import PillowDecoder
+    from vlmdata.decode.policy import DynamicPolicy
+    from vlmdata.formats.index import SampleIndex
+
+    data = _oriented_jpeg()
+    assert Image.open(io.BytesIO(data)).getexif()[0x0112] == 6
+    assert check_image(data, 1 << 30)[1:] == (96, 48)
+    (tmp_path / "a.jpg").write_bytes(data)
+    conv = [{"from": "human", "value": "<image>"}, {"from": "gpt", "value": "red then blue"}]
+    (tmp_path / "d.jsonl").write_text(json.dumps({"id": "r", "image": "a.jpg", "conversations": conv}) + "\n")
+    shard(tmp_path / "d.jsonl", tmp_path / "out")
+    idx = SampleIndex.load(str(next((tmp_path / "out").glob("*.index.npz"))))
+    sizes = [(int(idx.width[0]), int(idx.height[0]))]
+    assert sizes == [(96, 48)]
+    assert np.asarray(Image.open(io.BytesIO(data))).shape == (48, 96, 3)  # raw decode = index size
+
+    policy = DynamicPolicy(patch=8, merge=1, min_pixels=16 * 16, max_pixels=96 * 48)
+    from vlmdata.decode.dali import DaliCpuDecoder
+
+    tw, th = policy.target_size(96, 48)
+    for dec in (PillowDecoder(), DaliCpuDecoder()):
+        (out,) = dec.decode([data], sizes, policy)
+        assert out.shape == (th, tw, 3), dec.name
+        # not rotated: red stays left, blue right (a rotation would put them top/bottom)
+        left, right = out[:, : tw // 2 - 2].mean((0, 1)), out[:, tw // 2 + 2:].mean((0, 1))
+        assert left[0] > 180 and left[2] < 40 and right[2] > 180 and right[0] < 40, (dec.name, left, right)
+
+
+def test_reencode_keeps_only_the_orientation_tag_and_stored_pixels():
+    data = _oriented_jpeg(400, 200)
+    im = prepare_image(data, ImageOptions(resize_max_side=100))
+    assert (im.width, im.height) == (100, 50)
+    out = Image.open(io.BytesIO(im.data))
+    assert out.size == (100, 50) and dict(out.getexif()) == {0x0112: 6}
+    plain = io.BytesIO()
+    Image.new("RGB", (400, 200)).save(plain, format="JPEG")
+    assert dict(Image.open(io.BytesIO(prepare_image(plain.getvalue(), ImageOptions(resize_max_side=100)).data))
+                .getexif()) == {}

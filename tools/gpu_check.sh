@@ -13,7 +13,9 @@
 #                JPEG costs one image; pixels match the DALI-CPU stage within tolerance
 #   bench        tools/bench_decode.py --require-gpu: DALI mixed images/s next to DALI-CPU and Pillow
 #   attention    pipelines.attention: each CUDA varlen backend equals the reference (if pipelines/ exists)
-#   train        a few steps of pipelines.train under torchrun, fixed and dynamic images (if present)
+#   train        a few steps of pipelines.train under torchrun, fixed and dynamic images (if present);
+#                the images must be decoded by DaliGpuStage in the training process (--decode-stage
+#                auto on a GPU; dali-cpu in the dry run)
 #
 # GPU_CHECK_DRY=1 runs the GPU steps on the CPU instead (DALI "cpu" for "mixed", reference attention,
 # CPU training) to test this script on a machine without a GPU; the result is still FAIL there.
@@ -202,15 +204,27 @@ EOF
     for size in 56 dynamic; do
         "$PY" -m torch.distributed.run --nproc_per_node 1 -m pipelines.train --data "$ds" --steps 6 \
             --image-size "$size" --max-tokens 2048 --num-workers 2 --decoder auto --attn-backend auto \
-            --out "$OUT/train-$size" || { rc=1; continue; }
-        "$PY" -c "import json,math,sys; r=json.load(open('$OUT/train-$size/result.rank0.json')); l=r['losses']; print('image-size $size losses', [round(x,3) for x in l]); sys.exit(0 if len(l)==6 and all(math.isfinite(x) for x in l) else 'bad losses')" || rc=1
+            --decode-stage "$DECODE_STAGE" --out "$OUT/train-$size" || { rc=1; continue; }
+        # --decoder auto must decode in the training process (DaliGpuStage: nvJPEG; DALI CPU in the dry run)
+        "$PY" - "$OUT/train-$size/result.rank0.json" "$size" <<'EOF' || rc=1
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+losses, stage = r["losses"], r.get("decode_stage")
+print(f"image-size {sys.argv[2]}: device {r['device']} decode {stage or 'DataLoader workers'} "
+      f"(stage {r.get('stage_seconds', 0):.2f} s) data-wait {100 * r['data_wait_fraction']:.1f}% "
+      f"losses {[round(x, 3) for x in losses]}")
+if len(losses) != 6 or not all(math.isfinite(x) for x in losses):
+    sys.exit("bad losses")
+if stage != "DaliGpuStage":
+    sys.exit("--decoder auto should decode with DaliGpuStage in the training process here")
+EOF
     done
     return $rc
 }
-MIXED=mixed REQUIRE_GPU=--require-gpu ATTN_DEVICE=cuda
+MIXED=mixed REQUIRE_GPU=--require-gpu ATTN_DEVICE=cuda DECODE_STAGE=auto
 if [ "${GPU_CHECK_DRY:-0}" = 1 ] && [ "$HAVE_GPU" = 0 ]; then
     echo "GPU_CHECK_DRY=1: running the GPU steps on the CPU (script self-test)"
-    MIXED=cpu REQUIRE_GPU="" ATTN_DEVICE=cpu
+    MIXED=cpu REQUIRE_GPU="" ATTN_DEVICE=cpu DECODE_STAGE=dali-cpu
 fi
 if [ "$HAVE_GPU" = 1 ] || [ "$MIXED" = cpu ]; then
     run_step dali-mixed "DALI mixed decode failed" mixed_step

@@ -133,6 +133,7 @@ class LoaderRunner:
                 apply_decode_threads(self.dataset, previous_threads)   # leave the caller's dataset as it was
         m.worker_pss = [p.pss for p in peaks.workers.values()]
         m.worker_rss = [p.rss for p in peaks.workers.values()]
+        m.worker_uss = [p.uss for p in peaks.workers.values()]
         m.main_growth = peaks.main_pss - base.pss if base is not None else 0
         return m
 

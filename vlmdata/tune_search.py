@@ -134,19 +134,25 @@ class AdaptiveSearch:
         """Memory expected at `workers` workers, extrapolated linearly from the runs so far.
 
         Uses the line through the two largest measured worker counts (a fixed
-        part plus a per-worker part); with one point, memory proportional to
-        workers. None before any worker ran.
+        part plus a per-worker part). With one point, each further worker adds
+        its private memory (USS): pages it shares with the consumer are already
+        counted once in the PSS sum, so scaling the whole PSS would count them
+        again per worker. None before any worker ran.
         """
         points: dict[int, int] = {}
+        private: dict[int, int] = {}
         for c in self.candidates.values():
             w = c.settings.num_workers
             if w > 0 and not c.failed:
                 points[w] = max(points.get(w, 0), c.memory_bytes())
+                private[w] = max(private.get(w, 0), c.worker_private_bytes())
         if not points:
             return None
         ws = sorted(points)
         if len(ws) == 1:
-            return points[ws[0]] / ws[0] * workers
+            w = ws[0]
+            per_worker = private[w] or points[w] / w
+            return points[w] + per_worker * (workers - w)
         w1, w2 = ws[-2], ws[-1]
         slope = max(0.0, (points[w2] - points[w1]) / (w2 - w1))
         return points[w2] + slope * (workers - w2)

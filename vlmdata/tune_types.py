@@ -142,6 +142,7 @@ class Measurement:
     chunk_rates: dict[str, list[float]] = field(default_factory=dict)  # objective -> rate per time chunk
     worker_pss: list[int] = field(default_factory=list)      # peak PSS per worker, bytes
     worker_rss: list[int] = field(default_factory=list)
+    worker_uss: list[int] = field(default_factory=list)      # peak private memory per worker, bytes
     main_growth: int = 0                # consumer PSS growth during the run, bytes
     phase: str = ""
     note: str = ""
@@ -219,6 +220,10 @@ class Candidate:
 
     def memory_bytes(self) -> int:
         return max((m.memory_bytes for m in self.runs), default=0)
+
+    def worker_private_bytes(self) -> int:
+        """Largest private (USS) memory of one worker over the runs: what one more worker adds."""
+        return max((max(m.worker_uss, default=0) for m in self.runs), default=0)
 
     @property
     def failed(self) -> bool:

@@ -41,7 +41,10 @@ def register(subparsers) -> None:
     p.add_argument("--disk-bytes", required=True, type=_size, help="SSD budget, e.g. 500G")
     p.add_argument("--socket", help="Unix socket path (created mode 0600)")
     p.add_argument("--tcp-port", type=int, help="also listen on 127.0.0.1:PORT (loopback only)")
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on METRICS_HOST:PORT")
+    p.add_argument("--metrics-host", default=None,
+                   help="address the metrics server binds (default: $VLMDATA_METRICS_HOST, else 127.0.0.1; "
+                        "0.0.0.0 lets other containers scrape it)")
     p.add_argument("--policy", choices=("belady", "lru"), default="belady")
     p.add_argument("--prefetch-bytes", type=_size, default=4 << 30, help="prefetch lookahead budget")
     p.add_argument("--prefetch-threads", type=int, default=8)
@@ -66,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         if args.metrics_port is not None:
             from vlmdata.metrics_server import MetricsServer
 
-            metrics_server = MetricsServer(daemon.metrics, port=args.metrics_port, host="127.0.0.1")
+            metrics_server = MetricsServer(daemon.metrics, port=args.metrics_port, host=args.metrics_host)
             print(f"metrics: {metrics_server.url}", flush=True)
         where = args.socket or f"tcp://127.0.0.1:{daemon.tcp_address[1]}"
         print(f"cache daemon ready on {where}", flush=True)

@@ -8,7 +8,7 @@ import time
 
 from vlmdata.ingest import ColumnSpec, ConfigError, ShardConfig, shard_dataset
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS
-from vlmdata.ingest.readers import INPUT_FORMATS
+from vlmdata.ingest.readers import INPUT_FORMAT_ALIASES, INPUT_FORMATS
 
 
 def register(subparsers) -> None:
@@ -17,7 +17,9 @@ def register(subparsers) -> None:
         description="Write WebDataset (or memmap) shards with a sample index, DALI .idx files and a manifest.")
     p.add_argument("inputs", nargs="+", help="input files or folders (local paths or fsspec URLs)")
     p.add_argument("-o", "--output", required=True, help="output dataset directory (local path or fsspec URL)")
-    p.add_argument("--input-format", choices=INPUT_FORMATS, default=None, help="override format auto-detection")
+    p.add_argument("--input-format", choices=(*INPUT_FORMATS, *INPUT_FORMAT_ALIASES), default=None,
+                   help="override format auto-detection (llava/caption: a table file, its format detected; "
+                        "a directory holding one table file, e.g. data.jsonl beside images/, is read as that table)")
     p.add_argument("--format", default="wds", help="wds (default) or memmap")
     p.add_argument("--image-size", type=int, default=None, help="memmap: images resized to S x S")
     p.add_argument("--max-samples-per-shard", type=int, default=1000, help="rows per job/shard (default 1000)")

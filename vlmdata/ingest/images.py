@@ -5,6 +5,18 @@ never from a decode. Truncation is caught by cheap end-of-stream checks:
 a JPEG must end with its EOI marker (FFD9; entropy-coded data never
 contains FFD9 because of byte stuffing), a PNG with its IEND chunk, a GIF
 with its trailer, WebP/BMP must be as long as their header says.
+
+EXIF orientation: recorded (width, height) are the *stored* pixel dimensions
+(the JPEG frame header), not the displayed ones. Every decoder in this project
+decodes without applying EXIF rotation (Pillow's `Image.open`, simplejpeg /
+TurboJPEG, and DALI's `fn.decoders.image(adjust_orientation=False)` in
+`decode/dali_pipeline.py`), so index sizes always equal decoded array sizes and
+the image policy's token counts match the pixels the model sees. Consistency
+wins over display orientation: a phone photo tagged "rotate 90" is trained on
+as stored (sideways). Images kept as original bytes keep their EXIF; a
+re-encoded image (`--resize-max-side`, `--quality`) and a memmap image are the
+stored pixels resized, and a re-encoded JPEG keeps only the Orientation tag
+(so a viewer that applies it shows the same thing as for the original).
 """
 from __future__ import annotations
 
@@ -17,6 +29,7 @@ from vlmdata.formats.sample import EncodedImage
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's DecompressionBombWarning threshold
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 _NO_LENGTH = {0x01, 0xD0, 0xD1, 0xD2, 0xD3, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8}
+EXIF_ORIENTATION = 0x0112
 
 
 class ImageProblem(ValueError):
@@ -139,7 +152,11 @@ class ImageOptions:
 
 
 def check_image(data: bytes, max_pixels: int) -> tuple[str, int, int]:
-    """Validate encoded bytes; returns (kind, width, height) or raises ImageProblem."""
+    """Validate encoded bytes; returns (kind, width, height) or raises ImageProblem.
+
+    (width, height) are the stored pixel dimensions, EXIF orientation not applied
+    (what the decoders return, see the module docstring).
+    """
     if not data:
         raise ImageProblem("empty_file", "zero-byte file")
     kind = sniff(data)
@@ -178,10 +195,16 @@ def decode_resized(data: bytes, target: tuple[int, int], resample: str = "bicubi
 
     `resample` is "bicubic" (memmap images) or "area" (Pillow's BOX filter, the
     equivalent of OpenCV's INTER_AREA that img2dataset uses to downscale).
+    Stored pixels: EXIF orientation is not applied (see the module docstring).
     """
     from PIL import Image
 
-    im = Image.open(io.BytesIO(data))
+    return _resized(Image.open(io.BytesIO(data)), target, resample)
+
+
+def _resized(im, target: tuple[int, int], resample: str):
+    from PIL import Image
+
     if im.format == "JPEG":
         im.draft("RGB", target)  # DCT-domain downscale by 1/2, 1/4 or 1/8 while staying >= target
     if im.mode != "RGB":
@@ -192,8 +215,20 @@ def decode_resized(data: bytes, target: tuple[int, int], resample: str = "bicubi
 
 
 def reencode_jpeg(data: bytes, target: tuple[int, int], quality: int) -> tuple[bytes, tuple[int, int]]:
-    """Downscale to `target` (w, h) with the area filter and encode as JPEG."""
-    im = decode_resized(data, target, resample="area")
+    """Downscale to `target` (w, h) with the area filter and encode as JPEG.
+
+    The source's EXIF Orientation tag (only that tag) is carried over.
+    """
+    from PIL import Image
+
+    src = Image.open(io.BytesIO(data))
+    orientation = src.getexif().get(EXIF_ORIENTATION)
+    im = _resized(src, target, "area")
+    kw = {}
+    if isinstance(orientation, int) and orientation != 1:
+        exif = Image.Exif()
+        exif[EXIF_ORIENTATION] = orientation
+        kw["exif"] = exif.tobytes()
     buf = io.BytesIO()
-    im.save(buf, format="JPEG", quality=quality)
+    im.save(buf, format="JPEG", quality=quality, **kw)
     return buf.getvalue(), im.size

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -198,23 +199,28 @@ class _Parts:
             self.writer.abort()
 
 
-def run_job(spec: JobSpec, opts: JobOptions) -> dict:
-    """Run one job to completion; returns its stats as a dict (also written to _jobs/)."""
+def run_job(spec: JobSpec, opts: JobOptions, report: Callable[[int, int], None] | None = None) -> dict:
+    """Run one job to completion; returns its stats as a dict (also written to _jobs/).
+
+    `report(rows_done, written_done)` is called after every row (it throttles itself).
+    """
     t0 = time.perf_counter()
     tok = load_tokenizer(opts.tokenizer)
     sampler = _Sampler(opts, tok)
     stats = JobStats(job=spec.job, rows=len(spec.rows))
     parts = _Parts(opts, spec.job, tok.special.image)
     try:
-        for row in spec.rows:
+        for done, row in enumerate(spec.rows, 1):
             try:
                 key, meta, tokens, images, sizes = sampler.build(row)
             except (RowProblem, ImageProblem) as exc:
                 stats.skip(exc.reason, row, str(exc))
-                continue
-            parts.add(key, meta, tokens, images, sizes)
-            stats.written += 1
-            stats.images += len(images)
+            else:
+                parts.add(key, meta, tokens, images, sizes)
+                stats.written += 1
+                stats.images += len(images)
+            if report is not None:
+                report(done, stats.written)
         infos = parts.close()
     except BaseException:
         parts.abort()

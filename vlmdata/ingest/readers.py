@@ -55,41 +55,143 @@ def _dirname(url: str) -> str:
     return posixpath.dirname(url.rstrip("/"))
 
 
-def detect_format(url: str, storage_options: dict | None = None) -> str:
-    """Guess an input's format from its type, extension and first bytes."""
-    fs, path = url_to_fs(url, **(storage_options or {}))
-    if not fs.exists(path):
-        raise ConfigError(f"input {url} does not exist")
-    if fs.isdir(path):
-        return "folder"
+_TABLE_EXTS = ((".jsonl", "jsonl"), (".ndjson", "jsonl"), (".csv", "csv"), (".tsv", "csv"),
+               (".parquet", "parquet"), (".json", "json"))
+# What users type for --input-format besides INPUT_FORMATS: the row layout names (LLaVA chat rows,
+# caption rows; gen_raw's --format) mean "a table file, its container format detected" (None),
+# and a few common spellings of the container formats.
+INPUT_FORMAT_ALIASES: dict[str, str | None] = {"llava": None, "caption": None, "table": None, "ndjson": "jsonl",
+                                                "tsv": "csv", "imagefolder": "folder", "images": "folder"}
+
+
+def format_names() -> str:
+    """Every accepted --input-format name, for help and error messages."""
+    return ", ".join((*INPUT_FORMATS, *INPUT_FORMAT_ALIASES))
+
+
+def _table_format(path: str) -> str | None:
     lower = path.lower()
-    for ext, fmt in ((".jsonl", "jsonl"), (".ndjson", "jsonl"), (".csv", "csv"), (".tsv", "csv"),
-                     (".parquet", "parquet")):
-        if lower.endswith(ext):
-            return fmt
+    return next((fmt for ext, fmt in _TABLE_EXTS if lower.endswith(ext)), None)
+
+
+def _head(fs, path: str) -> bytes:
     with fs.open(path, "rb") as f:
-        head = f.read(4096).lstrip()
+        return f.read(4096).lstrip()
+
+
+def _sniff(fs, path: str) -> str | None:
+    head = _head(fs, path)
     if head.startswith(b"["):
         return "json"
     if head.startswith(b"{"):
         return "jsonl"
     if head.startswith(b"PAR1"):
         return "parquet"
-    raise ConfigError(f"cannot tell the format of {url}; pass --input-format one of {', '.join(INPUT_FORMATS)}")
+    return None
+
+
+def _directory_tables(fs, path: str, only: str | None = None) -> list[tuple[str, str]]:
+    """(path, format) of the table files directly in a directory.
+
+    A `.json` file counts only when it holds a JSON array (a top-level object,
+    like gen_raw's corpus-side `corrupt.json`, is not a table of rows).
+    """
+    out = []
+    for entry in sorted(fs.ls(path, detail=True), key=lambda e: e["name"]):
+        if entry.get("type") != "file":
+            continue
+        fmt = _table_format(entry["name"])
+        if fmt is None or (only is not None and fmt != only):
+            continue
+        if fmt == "json" and only is None and _sniff(fs, entry["name"]) != "json":
+            continue
+        out.append((entry["name"], fmt))
+    return out
+
+
+def _image_files(fs, path: str, limit: int | None = None) -> tuple[int, int]:
+    """(image files, sidecar .txt files) under a directory (stops counting images at `limit`)."""
+    images = texts = 0
+    for f in fs.find(path):
+        ext = os.path.splitext(f)[1].lower()
+        images += ext in IMAGE_EXTS
+        texts += ext == ".txt"
+        if limit is not None and images >= limit:
+            break
+    return images, texts
+
+
+def _join_like(url: str, path: str, fs) -> str:
+    """A found path as a URL of the same kind as the directory URL it was found in."""
+    if fsutil.is_local(url):
+        return path
+    return fs.unstrip_protocol(path)
+
+
+def resolve_input(url: str, input_format: str | None = None,
+                  storage_options: dict | None = None) -> tuple[str, str]:
+    """(url, format) to read for one input: detects the format, and picks the table inside a directory.
+
+    A directory holding exactly one table file (JSON array, JSONL, CSV, TSV,
+    Parquet; e.g. gen_raw's `data.jsonl` beside `images/`) is read as that
+    table, its relative image paths resolved from the directory; a directory
+    without one is an image folder (images + sidecar .txt captions).
+    `input_format` (a name of INPUT_FORMATS or INPUT_FORMAT_ALIASES) overrides.
+    """
+    if input_format is not None and input_format not in INPUT_FORMATS and input_format not in INPUT_FORMAT_ALIASES:
+        raise ConfigError(f"unknown input format {input_format!r}; use one of {format_names()}")
+    fmt = INPUT_FORMAT_ALIASES.get(input_format, input_format)
+    fs, path = url_to_fs(url, **(storage_options or {}))
+    if not fs.exists(path):
+        raise ConfigError(f"input {url} does not exist")
+    if fs.isdir(path):
+        if fmt == "folder":
+            return url, "folder"
+        tables = _directory_tables(fs, path, only=fmt)
+        if len(tables) == 1:
+            return _join_like(url, tables[0][0], fs), tables[0][1]
+        if len(tables) > 1:
+            names = ", ".join(os.path.basename(t) for t, _ in tables)
+            raise ConfigError(f"input directory {url} holds several tables ({names}); pass the file(s) to "
+                              "shard as inputs, or --input-format folder to read its images with sidecar .txt captions")
+        if fmt is not None or input_format in INPUT_FORMAT_ALIASES:
+            want = fmt or "table (JSON array, JSONL, CSV, TSV or Parquet)"
+            raise ConfigError(f"input directory {url} holds no {want} file; pass the table file itself, or "
+                              "--input-format folder for images with sidecar .txt captions")
+        return url, "folder"
+    if fmt is not None:
+        return url, fmt
+    fmt = _table_format(path) or _sniff(fs, path)
+    if fmt is None:
+        raise ConfigError(f"cannot tell the format of {url}; pass --input-format one of {format_names()}")
+    return url, fmt
+
+
+def detect_format(url: str, storage_options: dict | None = None) -> str:
+    """Guess an input's format from its type, extension and first bytes (see `resolve_input`)."""
+    return resolve_input(url, None, storage_options)[1]
+
+
+def describe_input(src: InputSource, storage_options: dict | None = None) -> str:
+    """What an input holds, in words, for error messages (lists folders; never reads a table)."""
+    if src.format != "folder":
+        return f"{src.url} read as {src.format}"
+    fs, path = url_to_fs(src.url, **(storage_options or {}))
+    images, texts = _image_files(fs, path)
+    tables = [os.path.basename(t) for t, _ in _directory_tables(fs, path)]
+    found = f"{images} image files, {texts} .txt files"
+    if tables:
+        found += f", tables {', '.join(tables)}"
+    return f"{src.url} read as an image folder ({found})"
 
 
 def open_inputs(urls: list[str], input_format: str | None, storage_options: dict | None = None) -> list[InputSource]:
     """Resolve each input's format (config errors raised here, before any work)."""
     if not urls:
         raise ConfigError("no input given")
-    if input_format is not None and input_format not in INPUT_FORMATS:
-        raise ConfigError(f"unknown input format {input_format!r}; use one of {', '.join(INPUT_FORMATS)}")
     out = []
     for url in urls:
-        fs, path = url_to_fs(url, **(storage_options or {}))
-        if not fs.exists(path):
-            raise ConfigError(f"input {url} does not exist")
-        fmt = input_format or detect_format(url, storage_options)
+        url, fmt = resolve_input(url, input_format, storage_options)
         base = url if fmt == "folder" else _dirname(url)
         out.append(InputSource(url=url, format=fmt, base=base))
     return out

@@ -32,7 +32,15 @@ from vlmdata.ingest.engine import ENGINES, run_jobs
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, ImageOptions
 from vlmdata.ingest.job import JOBS_DIR, JobOptions, JobSpec, JobStats, job_stats_name
 from vlmdata.ingest.keyset import KeySet
-from vlmdata.ingest.readers import ConfigError, InputSource, Row, iter_rows, open_inputs
+from vlmdata.ingest.readers import (
+    ConfigError,
+    InputSource,
+    Row,
+    describe_input,
+    format_names,
+    iter_rows,
+    open_inputs,
+)
 from vlmdata.ingest.records import ColumnSpec, row_id
 from vlmdata.tokenizer import load_tokenizer
 
@@ -187,6 +195,43 @@ class _JobStream:
         yield JobSpec(job=job, rows=rows)
 
 
+class EmptyDatasetError(ConfigError):
+    """The run found no input rows, or every row was skipped: no dataset is written."""
+
+
+def _empty_error(cfg: ShardConfig, sources: list[InputSource], results: list[dict]) -> EmptyDatasetError:
+    """What was found and what to pass instead, for a run that would write 0 samples."""
+    found = "; ".join(describe_input(s, cfg.storage_options) for s in sources)
+    rows = sum(r["rows"] for r in results)
+    hint = (f"pass the table file itself (JSON array, JSONL, CSV, TSV, Parquet) or a directory holding one, "
+            f"or set --input-format (one of {format_names()})")
+    if rows == 0:
+        return EmptyDatasetError(f"found 0 input rows in {found}; {hint}")
+    skipped: dict[str, int] = {}
+    example = None
+    for r in sorted(results, key=lambda r: r["job"]):
+        for reason, count in r["skipped"].items():
+            skipped[reason] = skipped.get(reason, 0) + count
+            example = example or (reason, r["examples"][reason])
+    reasons = ", ".join(f"{k}={v}" for k, v in sorted(skipped.items(), key=lambda kv: -kv[1]))
+    msg = f"all {rows} input rows were skipped ({reasons}) in {found}"
+    if example is not None:
+        msg += f"; e.g. row {example[1]['row']} ({example[0]}): {example[1]['detail']}"
+    if "missing_text" in skipped and any(s.format == "folder" for s in sources):
+        msg += "; an image folder needs a .txt caption beside each image"
+    elif any(k in skipped for k in ("bad_text", "missing_image_ref")):
+        msg += "; check the table's columns (--image-column / --text-column) or its layout (LLaVA rows need " \
+               "'conversations')"
+    return EmptyDatasetError(f"{msg}; {hint}")
+
+
+def _remove_run_state(output: str, so: dict) -> None:
+    """Drop `_jobs/` of a run that wrote nothing, so the next try needs no --resume."""
+    fs, path = url_to_fs(fsutil.join(output, JOBS_DIR), **so)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
 def _merge(cfg: ShardConfig, results: list[dict], tokenizer: dict, extra_stats: dict) -> Manifest:
     so = cfg.storage_options
     results.sort(key=lambda r: r["job"])
@@ -216,14 +261,42 @@ def _merge(cfg: ShardConfig, results: list[dict], tokenizer: dict, extra_stats: 
     return manifest
 
 
+class _Progress:
+    """Turns cumulative per-job reports and finished jobs into (rows, written) increments."""
+
+    def __init__(self, callback: Callable[[int, int], None] | None):
+        self.callback = callback
+        self.seen: dict[int, tuple[int, int]] = {}
+        self.finished: set[int] = set()
+
+    def partial(self, job: int, rows: int, written: int) -> None:
+        if self.callback is None or job in self.finished:  # a report that arrived after the result
+            return
+        r0, w0 = self.seen.get(job, (0, 0))
+        if rows > r0 or written > w0:
+            self.seen[job] = (max(rows, r0), max(written, w0))
+            self.callback(max(0, rows - r0), max(0, written - w0))
+
+    def finish(self, job: int, rows: int, written: int) -> None:
+        self.finished.add(job)
+        r0, w0 = self.seen.pop(job, (0, 0))
+        if self.callback is not None and (rows != r0 or written != w0):
+            self.callback(rows - r0, written - w0)
+
+
 def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None = None,
-                  executor: Executor | None = None) -> Manifest:
+                  executor: Executor | None = None, progress_interval: float = 0.2) -> Manifest:
     """Shard `cfg.inputs` into `cfg.output`; returns the written manifest.
 
-    `progress(rows_done, written_done)` is called after each job. `executor`
-    (local engine) runs the jobs in a pool the caller owns instead of a new
-    one. Raises ConfigError (before any work) for bad options, missing inputs
-    or an unwritable output.
+    `progress(rows, written)` receives increments as jobs advance: with the
+    local engine at most every `progress_interval` seconds per job while it
+    runs (workers report through a queue), and the rest when a job finishes
+    (Ray and a caller-owned pool: per finished job only). The increments
+    add up to the run's rows and written samples. `executor` (local engine)
+    runs the jobs in a pool the caller owns instead of a new one. Raises ConfigError (before any work) for bad options, missing inputs
+    or an unwritable output, and EmptyDatasetError (a ConfigError; after the
+    run, leaving no dataset and no resume state) when no row was found or
+    every row was skipped.
     """
     t0 = time.perf_counter()
     _check_config(cfg)
@@ -241,18 +314,22 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
                       fsync=cfg.fsync)
     results: list[dict] = []
     resumed = []
+    tracker = _Progress(progress)
 
     def done(r: dict) -> None:
         results.append(r)
-        if progress is not None:
-            progress(r["rows"], r["written"])
+        tracker.finish(r["job"], r["rows"], r["written"])
 
     def resumed_job(r: dict) -> None:
         resumed.append(r["job"])
         done(r)
 
     stream = _JobStream(cfg, sources, resumed_job)
-    run_jobs(cfg.engine, iter(stream), opts, workers, done, executor)
+    run_jobs(cfg.engine, iter(stream), opts, workers, done, executor,
+             tracker.partial if progress is not None else None, progress_interval)
+    if sum(r["written"] for r in results) == 0:
+        _remove_run_state(cfg.output, cfg.storage_options)
+        raise _empty_error(cfg, sources, results)
     seconds = time.perf_counter() - t0
     extra = {"seconds": round(seconds, 3), "engine": cfg.engine, "workers": workers,
              "resumed_jobs": len(resumed), "inputs": [s.url for s in sources],
