@@ -130,6 +130,12 @@ def dataset_summary(path: str) -> dict:
             "images": sum(x.images for x in shards), "bytes": sum(x.bytes for x in shards)}
 
 
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
 def cpu_model() -> str:
     """The CPU's model name (Linux), else what platform knows."""
     try:
@@ -297,11 +303,12 @@ def report(result: DemoResult) -> str:
     params = f", {r0['params'] / 1e6:.1f} M params" if r0.get("params") else ""
     wait = 100 * result.data_wait_fraction
     lines = [
-        "vlmdata demo: generated a corpus, sharded it, and trained a small vision-language model on packed",
-        "batches (several samples per sequence, no padding between them) with torchrun.",
+        "vlmdata demo: generated a corpus, sharded it, and trained a small vision-language model with torchrun",
+        "on packed batches (several samples per sequence, each attending only to itself).",
         "",
         "What ran",
-        f"  machine            {cpu_model()}, {os.cpu_count()} cores, python {platform.python_version()}",
+        f"  machine            {cpu_model()}, {os.cpu_count()} cores, python {platform.python_version()}, "
+        f"torch {_torch_version()}",
         f"  corpus             {result.corpus}",
     ]
     if ds:
@@ -327,9 +334,11 @@ def report(result: DemoResult) -> str:
     if hits is not None:
         rate, reads = cache_hit_rate(hits[0])
         lines.append(f"  cache hit rate     {100 * rate:.1f} %   of {reads} shard reads served from memory/disk "
-                     f"instead of the store (counted by the {hits[1]})")
+                     f"instead of the store (counted by the {hits[1]}"
+                     + ("; it prefetches the shards the loaders announce)" if hits[1] == "cache daemon" else ")"))
     lines += [
         f"  samples            {samples:,} trained"
+        + (f" ({samples / ds['samples']:.2f} epochs)" if ds.get("samples") else "")
         + (f", {skipped:,} skipped (bad data, counted)" if skipped else ", none skipped"),
         f"  ranks in sync      {len({round(r['checksum'], 6) for r in result.ranks}) == 1}   "
         "(same parameters on every rank after the last step)",

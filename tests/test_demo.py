@@ -45,11 +45,11 @@ def test_demo_small_run(tmp_path):
         manifest = json.load(open(tmp_path / "dataset" / "manifest.json"))
         cached = [f for f in os.listdir(tmp_path / "cache") if f.endswith(".data")]
         assert len(cached) == len(manifest["shards"]) > 0
-        # every shard read went through the daemon and is counted in the hit rate (the first read of a
-        # shard is a miss, so the rate is below 100 %)
+        # every shard read went through the daemon and is counted in the hit rate (the daemon prefetches
+        # the announced shards, so even first reads may hit its disk tier)
         m = re.search(r"cache hit rate\s+([\d.]+) %\s+of (\d+) shard reads", out)
         assert m, out
-        assert 0 <= float(m.group(1)) < 100 and int(m.group(2)) >= len(manifest["shards"])
+        assert 0 <= float(m.group(1)) <= 100 and int(m.group(2)) >= len(manifest["shards"])
     else:
         assert "cache daemon       not used" in out
 
@@ -109,7 +109,7 @@ def test_report_explains_each_figure():
     assert "packing efficiency 87.9 %" in text  # 900 real tokens / (1 pack x 1024)
     # the packs carry cache counts (both ranks summed): 6 of 8 reads from memory/disk
     assert "cache hit rate     75.0 %   of 8 shard reads" in text and "counted by the packs" in text
-    assert "20 trained, 2 skipped" in text and "4.4 M params" in text
+    assert "20 trained (0.10 epochs), 2 skipped" in text and "4.4 M params" in text
     assert "dataset            2 shards, 200 samples, 300 images, 3.2 MB" in text
     assert "--workdir DIR keeps" in text
     # no counts in the packs: the daemon's own counters are used; none at all: no hit-rate line

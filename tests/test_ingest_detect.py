@@ -94,3 +94,13 @@ def test_cli_exit_2_on_empty_run_and_accepts_llava(raw, tmp_path):
     r = subprocess.run([*cmd, "-o", str(tmp_path / "b"), "--input-format", "llava"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "-> 40 samples" in r.stdout
+
+
+def test_single_json_file_content_decides(tmp_path):
+    (tmp_path / "lines.json").write_text('{"id": 1}\n{"id": 2}\n')
+    (tmp_path / "array.json").write_text('[{"id": 1}]')
+    assert resolve_input(str(tmp_path / "lines.json"))[1] == "jsonl"
+    assert resolve_input(str(tmp_path / "array.json"))[1] == "json"
+    # in a directory only the array counts as a table (a top-level object is a side file)
+    (tmp_path / "lines.json").unlink()
+    assert resolve_input(str(tmp_path)) == (str(tmp_path / "array.json"), "json")

@@ -37,3 +37,39 @@ def test_inline_run_reports_every_sample_and_throttles(small_llava_corpus, tmp_p
     shard_dataset(cfg, progress=cb2, progress_interval=3600.0)  # throttled: one update per finished job
     assert [c[1] for c in calls2] == [50, 50, 20]
 
+
+
+def test_cli_bar_moves_within_jobs_on_a_tty(small_llava_corpus, tmp_path):
+    """`vlmdata shard` on a terminal: the bar shows counts between job boundaries (2 jobs of 60 rows)."""
+    import fcntl
+    import os
+    import pty
+    import re
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # tqdm needs a width
+    cmd = [sys.executable, "-m", "vlmdata.cli", "shard", str(small_llava_corpus / "data.jsonl"), "-o",
+           str(tmp_path / "out"), "--workers", "2", "--max-samples-per-shard", "60", "--progress-interval", "0"]
+    env = {**os.environ, "TQDM_MININTERVAL": "0", "TQDM_MINITERS": "1"}  # draw every update
+    proc = subprocess.Popen(cmd, stderr=slave, stdout=subprocess.PIPE, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait(120) == 0
+    assert b"-> 120 samples" in proc.stdout.read()
+    proc.stdout.close()
+    counts = {int(x) for x in re.findall(rb"\r *(\d+) samples", out)}
+    assert 120 in counts
+    assert any(c % 60 for c in counts), counts  # a count inside a job, not only at job ends

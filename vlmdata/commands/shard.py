@@ -39,6 +39,8 @@ def register(subparsers) -> None:
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync local files before renaming them (faster; a killed run still leaves no "
                         "torn file, a power loss may)")
+    p.add_argument("--progress-interval", type=float, default=0.2,
+                   help="seconds between a running job's progress reports to the bar (terminal only)")
     p.set_defaults(func=run)
 
 
@@ -71,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     bar, update = _progress()
     t0 = time.perf_counter()
     try:
-        manifest = shard_dataset(cfg, progress=update)
+        manifest = shard_dataset(cfg, progress=update, progress_interval=max(0.0, args.progress_interval))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,23 +1,27 @@
-"""Choosing a decoder by name: "pillow", "dali" or "auto".
+"""Choosing a decoder by name: "turbo", "pillow", "dali" or "auto".
 
 Two places decode:
 - DataLoader workers, on CPU: `make_decoder(name)` returns an `ImageDecoder`
-  (Pillow-SIMD or DALI-CPU).
+  (TurboJPEG via simplejpeg, Pillow-SIMD, or DALI-CPU).
 - the training process, on the GPU: `make_gpu_stage(name, policy)` returns a
   `DaliGpuStage` when nvJPEG decode is usable (then the dataset defers decode
   and workers ship encoded bytes), else None.
 
-"auto" on CPU is Pillow: on the 2-core Xeon this was built on, Pillow-SIMD with
-JPEG draft mode delivers about 2x the images/s of DALI-CPU, at 336x336 and with
-dynamic resolution alike (DALI-CPU at x0.33-0.66 of Pillow across runs of
-tools/bench_decode.py, numbers in BENCHMARKS.md). Both decode with
-libjpeg-turbo at the same speed; DALI loses in its CPU resize (about 2.4x slower
-than Pillow-SIMD's AVX2 resampler here) and has no draft (DCT-scaled) decode. A machine measured
-otherwise can record its own winner with `tools/bench_decode.py --save-choice`
-(a small JSON in ~/.cache/vlmdata keyed by CPU model and library versions);
-"auto" reads it. Choosing by a per-process timing run was rejected: on a busy
-machine two DataLoader workers could pick different decoders and so produce
-slightly different pixels for the same epoch.
+"auto" on CPU is "turbo" when simplejpeg imports, else "pillow". On the 2-core
+Xeon this was built on, TurboJPEG with DCT-scaled decode (n/8, see
+decode/turbo.py) plus a Pillow-SIMD resize beats Pillow-SIMD's draft mode
+(tools/bench_loader.py reports both single-core rates), and Pillow-SIMD
+delivers about 2x the images/s of DALI-CPU, at 336x336 and with dynamic
+resolution alike (DALI-CPU at x0.33-0.66 of Pillow across runs of
+tools/bench_decode.py, numbers in BENCHMARKS.md). All three decode with
+libjpeg-turbo; DALI loses in its CPU resize (about 2.4x slower than
+Pillow-SIMD's AVX2 resampler here) and has no DCT-scaled decode. A machine
+measured otherwise can record its own winner with `tools/bench_decode.py
+--save-choice` (a small JSON in ~/.cache/vlmdata keyed by CPU model and library
+versions, simplejpeg's included, so a record made before TurboJPEG was
+installed no longer applies); "auto" reads it. Choosing by a per-process timing
+run was rejected: on a busy machine two DataLoader workers could pick different
+decoders and so produce slightly different pixels for the same epoch.
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ from vlmdata.decode.policy import ImagePolicy
 
 log = logging.getLogger(__name__)
 
-CPU_DECODERS = ("pillow", "dali")
+CPU_DECODERS = ("turbo", "pillow", "dali")
 
 
 def choice_path() -> Path:
@@ -52,7 +56,8 @@ def machine_key() -> str:
                     break
     except OSError:
         pass
-    return f"{model}|{os.cpu_count()}|PIL {_version('PIL')}|DALI {_version('nvidia.dali')}"
+    return (f"{model}|{os.cpu_count()}|PIL {_version('PIL')}|DALI {_version('nvidia.dali')}"
+            f"|simplejpeg {_version('simplejpeg')}")
 
 
 def _version(module: str) -> str:
@@ -87,10 +92,19 @@ def cached_cpu_choice(path: Path | None = None) -> str | None:
     return rec["decoder"]
 
 
+def default_cpu_decoder() -> str:
+    """The fixed choice without a measurement: "turbo" when simplejpeg imports, else "pillow"."""
+    from vlmdata.decode.turbo import turbo_available
+
+    return "turbo" if turbo_available() else "pillow"
+
+
 def fastest_cpu_decoder() -> str:
-    """"pillow" unless a measurement on this machine recorded "dali" (and DALI imports)."""
-    choice = cached_cpu_choice() or "pillow"
+    """The decoder a measurement on this machine recorded (if its library imports), else the default."""
+    choice = cached_cpu_choice() or default_cpu_decoder()
     if choice == "dali" and not dali_available():
+        return default_cpu_decoder()
+    if choice == "turbo" and default_cpu_decoder() != "turbo":
         return "pillow"
     return choice
 
@@ -120,13 +134,19 @@ def make_decoder(name: str = "auto") -> ImageDecoder:
         from vlmdata.decode.pillow import PillowDecoder
 
         return PillowDecoder()
+    if name == "turbo":
+        from vlmdata.decode.turbo import TurboDecoder, turbo_available
+
+        if not turbo_available():
+            raise ValueError("decoder='turbo' needs simplejpeg (libjpeg-turbo's TurboJPEG): pip install simplejpeg")
+        return TurboDecoder()
     if name == "dali":
         if not dali_available():
             raise ValueError("decoder='dali' needs NVIDIA DALI: pip install 'vlmdata[dali]' (nvidia-dali-cuda120)")
         from vlmdata.decode.dali import DaliCpuDecoder
 
         return DaliCpuDecoder()
-    raise ValueError(f"unknown decoder {name!r}: use 'pillow', 'dali' or 'auto'")
+    raise ValueError(f"unknown decoder {name!r}: use 'turbo', 'pillow', 'dali' or 'auto'")
 
 
 def make_gpu_stage(name: str, policy: ImagePolicy, device_id: int | None = None,
@@ -137,9 +157,9 @@ def make_gpu_stage(name: str, policy: ImagePolicy, device_id: int | None = None,
     training process. device_id defaults to LOCAL_RANK (torchrun) or 0; image_token_id (the
     dataset's `collate_config.image_token_id`) lets a corrupt image cost only its own sample.
     """
-    if name not in ("pillow", "dali", "auto"):
-        raise ValueError(f"unknown decoder {name!r}: use 'pillow', 'dali' or 'auto'")
-    if name == "pillow" or not gpu_decode_available():
+    if name not in ("turbo", "pillow", "dali", "auto"):
+        raise ValueError(f"unknown decoder {name!r}: use 'turbo', 'pillow', 'dali' or 'auto'")
+    if name in ("turbo", "pillow") or not gpu_decode_available():
         return None
     from vlmdata.decode.dali_gpu import DaliGpuStage, GpuStageOptions
 

@@ -161,7 +161,9 @@ def resolve_input(url: str, input_format: str | None = None,
         return url, "folder"
     if fmt is not None:
         return url, fmt
-    fmt = _table_format(path) or _sniff(fs, path)
+    fmt = _table_format(path)
+    if fmt in (None, "json"):  # a .json file may hold JSON lines: its first byte decides
+        fmt = _sniff(fs, path) or fmt
     if fmt is None:
         raise ConfigError(f"cannot tell the format of {url}; pass --input-format one of {format_names()}")
     return url, fmt
