@@ -58,19 +58,28 @@ class DemoResult:
 
     @property
     def cache_hits(self) -> tuple[dict, str] | None:
-        """Shard reads per serving tier and where the counts come from: the packs' stats, else the daemon's."""
-        from_packs: dict = {}
-        for r in self.ranks:
-            stats = r.get("loader_stats") or {}
-            for name in ("cache_hits", "cache_misses"):
-                for tier, n in (stats.get(name) or {}).items():
-                    from_packs.setdefault(name, {}).setdefault(tier, 0)
-                    from_packs[name][tier] += n
-        if from_packs.get("cache_hits"):
-            return {"hits": from_packs["cache_hits"], "misses": from_packs.get("cache_misses", {})}, "packs"
-        if self.daemon_stats and self.daemon_stats.get("hits"):
-            return self.daemon_stats, "cache daemon"
-        return None
+        """Shard reads per serving tier, and where they were counted, or None when nothing counted any.
+
+        The daemon counts the reads it serves; the packs carry the counts of caches inside the
+        workers (an in-process cache, or the client's fallback when the daemon is unreachable).
+        The two are disjoint, so they are added up.
+        """
+        total: dict = {"hits": {}, "misses": {}, "joined": 0}
+        sources = []
+        pack_counts = [((r.get("loader_stats") or {}).get("cache_hits") or {},
+                        (r.get("loader_stats") or {}).get("cache_misses") or {}) for r in self.ranks]
+        for name, counts in (("in the packs", [{"hits": h, "misses": m} for h, m in pack_counts]),
+                             ("by the cache daemon", [self.daemon_stats or {}])):
+            for c in counts:
+                for key in ("hits", "misses"):
+                    for tier, n in (c.get(key) or {}).items():
+                        total[key][tier] = total[key].get(tier, 0) + n
+                total["joined"] += int(c.get("joined") or 0)
+            if any(cache_hit_rate(c)[1] for c in counts):
+                sources.append(name)
+        if not sources:
+            return None
+        return total, "counted " + " and ".join(sources)
 
     @property
     def tokens_per_second(self) -> float:
@@ -96,10 +105,11 @@ def cache_hit_rate(stats: dict) -> tuple[float, int]:
     """(fraction of demand shard reads served by memory or disk, number of reads).
 
     `stats` holds per-tier `hits` (reads served by that tier) and `misses`; a read served by
-    "remote" came from the store, and a "remote" miss is a failed fetch.
+    "remote" came from the store, and a "remote" miss is a failed fetch. The daemon also counts
+    `joined` reads, which waited for a fetch already in flight (a prefetch): not hits.
     """
     hits, misses = stats.get("hits") or {}, stats.get("misses") or {}
-    reads = sum(hits.values()) + misses.get("remote", 0)
+    reads = sum(hits.values()) + misses.get("remote", 0) + int(stats.get("joined") or 0)
     cached = sum(n for tier, n in hits.items() if tier != "remote")
     return (cached / reads if reads else 0.0), reads
 
@@ -333,9 +343,10 @@ def report(result: DemoResult) -> str:
     hits = result.cache_hits
     if hits is not None:
         rate, reads = cache_hit_rate(hits[0])
-        lines.append(f"  cache hit rate     {100 * rate:.1f} %   of {reads} shard reads served from memory/disk "
-                     f"instead of the store (counted by the {hits[1]}"
-                     + ("; it prefetches the shards the loaders announce)" if hits[1] == "cache daemon" else ")"))
+        joined = int(hits[0].get("joined") or 0)
+        lines.append(f"  cache hit rate     {100 * rate:.1f} %   of {reads} shard reads served from memory/disk, "
+                     f"not the store ({hits[1]}"
+                     + (f"; {joined} waited for a prefetch in flight)" if joined else ")"))
     lines += [
         f"  samples            {samples:,} trained"
         + (f" ({samples / ds['samples']:.2f} epochs)" if ds.get("samples") else "")

@@ -63,8 +63,9 @@ def make_samples(n: int, seed: int = 0, max_images: int = 3, long_text: int = 0,
 
 
 def write_dataset(root: str, samples: list[RawSample], shard_size: int = 16, kind: str = "webdataset",
-                  image_size: int = 56, corrupt_keys: frozenset = frozenset()) -> Manifest:
-    """Write a dataset directory; images of samples in `corrupt_keys` get non-image bytes."""
+                  image_size: int = 56, corrupt_keys: frozenset = frozenset(), truncate: bool = False) -> Manifest:
+    """Write a dataset directory; images of samples in `corrupt_keys` get non-image bytes
+    (or, with truncate=True, the first half of their JPEG bytes)."""
     os.makedirs(root, exist_ok=True)
     shards, indices = [], []
     for s0 in range(0, len(samples), shard_size):
@@ -88,7 +89,8 @@ def write_dataset(root: str, samples: list[RawSample], shard_size: int = 16, kin
         for smp in part:
             images = smp.images
             if smp.key in corrupt_keys and images:
-                images = [EncodedImage(b"<html>not an image</html>" * 8, "jpg", im.width, im.height) for im in images]
+                images = [EncodedImage(im.data[:len(im.data) // 2] if truncate else b"<html>not an image</html>" * 8,
+                                       "jpg", im.width, im.height) for im in images]
             write_sample(writer, builder, smp.key, {"id": smp.key}, smp.tokens, images, TOK.special.image)
         writer.close()
         data = buf.getvalue()

@@ -9,6 +9,7 @@ from vlmdata.decode import select
 from vlmdata.decode.dali import DaliCpuDecoder
 from vlmdata.decode.pillow import PillowDecoder
 from vlmdata.decode.policy import FixedPolicy
+from vlmdata.decode.turbo import TurboDecoder
 
 
 @pytest.fixture(autouse=True)
@@ -19,14 +20,28 @@ def cache_dir(tmp_path, monkeypatch):
 
 def test_names():
     assert isinstance(select.make_decoder("pillow"), PillowDecoder)
+    assert isinstance(select.make_decoder("turbo"), TurboDecoder)
     assert isinstance(select.make_decoder("dali"), DaliCpuDecoder)
     with pytest.raises(ValueError, match="unknown decoder 'nvjpeg'"):
         select.make_decoder("nvjpeg")
 
 
-def test_auto_is_pillow_without_a_measurement():
+def test_auto_is_turbo_without_a_measurement(monkeypatch):
     assert select.cached_cpu_choice() is None
+    assert isinstance(select.make_decoder("auto"), TurboDecoder)       # simplejpeg is a dependency
+    import vlmdata.decode.turbo as turbo
+
+    monkeypatch.setattr(turbo, "turbo_available", lambda: False)      # an install without simplejpeg
     assert isinstance(select.make_decoder("auto"), PillowDecoder)
+    with pytest.raises(ValueError, match="simplejpeg"):
+        select.make_decoder("turbo")
+
+
+def test_auto_follows_a_pillow_measurement(cache_dir):
+    select.save_cpu_choice("pillow", {"pillow": 150.0, "turbo": 100.0})
+    assert isinstance(select.make_decoder("auto"), PillowDecoder)
+    select.save_cpu_choice("turbo", {})
+    assert isinstance(select.make_decoder("auto"), TurboDecoder)
 
 
 def test_auto_follows_a_measurement_on_this_machine(cache_dir):
@@ -44,7 +59,7 @@ def test_measurement_from_another_machine_is_ignored(cache_dir):
     assert select.cached_cpu_choice() is None
     path.write_text("{not json")
     assert select.cached_cpu_choice() is None
-    assert isinstance(select.make_decoder("auto"), PillowDecoder)
+    assert isinstance(select.make_decoder("auto"), TurboDecoder)
     with pytest.raises(ValueError):
         select.save_cpu_choice("turbojpeg", {})
 
@@ -52,6 +67,7 @@ def test_measurement_from_another_machine_is_ignored(cache_dir):
 def test_gpu_stage_only_with_a_gpu():
     policy = FixedPolicy(224)
     assert select.make_gpu_stage("pillow", policy) is None
+    assert select.make_gpu_stage("turbo", policy) is None
     stage = select.make_gpu_stage("auto", policy)
     assert (stage is not None) == select.gpu_decode_available()
     with pytest.raises(ValueError, match="unknown decoder"):

@@ -99,6 +99,8 @@ def test_cache_hit_rate_counts_reads_served_by_a_cache_tier():
     # a failed fetch ("remote" miss) is a read that no cache served
     assert cache_hit_rate({"hits": {"disk": 1}, "misses": {"remote": 1}}) == (0.5, 2)
     assert cache_hit_rate({"hits": {}, "misses": {}}) == (0.0, 0)
+    # the daemon's `joined` reads waited for a fetch in flight: reads, not hits
+    assert cache_hit_rate({"hits": {"disk": 1}, "misses": {}, "joined": 3}) == (0.25, 4)
 
 
 def test_report_explains_each_figure():
@@ -108,7 +110,7 @@ def test_report_explains_each_figure():
     assert "data-wait fraction 8.0 %" in text and "bottleneck" in text  # the worst rank, flagged over 5 %
     assert "packing efficiency 87.9 %" in text  # 900 real tokens / (1 pack x 1024)
     # the packs carry cache counts (both ranks summed): 6 of 8 reads from memory/disk
-    assert "cache hit rate     75.0 %   of 8 shard reads" in text and "counted by the packs" in text
+    assert "cache hit rate     75.0 %   of 8 shard reads" in text and "counted in the packs" in text
     assert "20 trained (0.10 epochs), 2 skipped" in text and "4.4 M params" in text
     assert "dataset            2 shards, 200 samples, 300 images, 3.2 MB" in text
     assert "--workdir DIR keeps" in text
@@ -118,3 +120,9 @@ def test_report_explains_each_figure():
                             daemon_stats={"hits": {"disk": 3, "remote": 1}, "misses": {"memory": 4}}))
     assert "cache hit rate     75.0 %   of 4 shard reads" in daemon and "counted by the cache daemon" in daemon
     assert "cache hit rate" not in report(_result(ranks=ranks))
+    # both: the daemon's reads and the workers' own (fallback) reads are added up
+    both = report(_result(daemon="/tmp/x.sock", daemon_stats={"hits": {"disk": 3, "remote": 1}, "misses": {}}))
+    assert "cache hit rate     75.0 %   of 12 shard reads" in both
+    assert "counted in the packs and by the cache daemon" in both
+    joined = report(_result(ranks=ranks, daemon="/tmp/x.sock", daemon_stats={"hits": {}, "misses": {}, "joined": 2}))
+    assert "cache hit rate     0.0 %   of 2 shard reads" in joined and "2 waited for a prefetch in flight" in joined

@@ -9,7 +9,8 @@ Pack mode (see DESIGN.md, PackedBatch):
     pixel_values  uint8 [n_img, 3, S, S]              fixed policy
                   uint8 [patches, 3 * patch * patch]  dynamic policy, with image_grid int32 [n_img, 3]
                                                       (t, h, w) and vision_cu_seqlens int32 [n_img + 1]
-    image_bytes / image_sizes                         instead of pixels when decode is deferred (GPU decode)
+    image_bytes / image_sizes                         instead of pixels when decode is deferred (GPU decode),
+                  image_counts int32 [n]              with images per sample (one per cu_seqlens segment / row)
     sample_keys   list[str];  state dict;  stats dict (metrics.StatsDelta)
 Bucket mode: the same fields padded to [B, L] plus attention_mask, without cu_seqlens.
 
@@ -88,12 +89,13 @@ def prepare_sample(key: str, tokens: np.ndarray, images: list, sizes: list[tuple
     return PreparedSample(key, exp_ids, labels, list(images), list(sizes)), truncated
 
 
-def _images_out(samples: list[PreparedSample], cfg: CollateConfig) -> dict:
-    images = [im for s in samples for im in s.images]
-    sizes = [sz for s in samples for sz in s.sizes]
+def _images_out(parts: list[PreparedSample], cfg: CollateConfig) -> dict:
+    images = [im for s in parts for im in s.images]
+    sizes = [sz for s in parts for sz in s.sizes]
     if cfg.defer_decode:
         return {"image_bytes": [bytes(im) for im in images],
-                "image_sizes": torch.tensor(sizes, dtype=torch.int32).reshape(-1, 2)}
+                "image_sizes": torch.tensor(sizes, dtype=torch.int32).reshape(-1, 2),
+                "image_counts": torch.tensor([len(s.images) for s in parts], dtype=torch.int32)}
     policy = cfg.policy
     if isinstance(policy, DynamicPolicy):
         patches, grid, cu = pack_patches(images, policy.patch, policy.merge)
@@ -125,7 +127,7 @@ def collate_pack(samples: list[PreparedSample], cfg: CollateConfig, stats: Stats
         "max_seqlen": int(lengths.max()),
         "sample_keys": [s.key for s in samples],
     }
-    batch.update(_images_out(samples, cfg))
+    batch.update(_images_out(parts, cfg))
     stats.samples += len(samples)
     stats.images += sum(len(s.images) for s in samples)
     stats.real_tokens += int(lengths.sum()) if real else 0
@@ -154,7 +156,7 @@ def collate_bucket(samples: list[PreparedSample], cfg: CollateConfig, stats: Sta
              "attention_mask": torch.from_numpy(mask), "position_ids": torch.from_numpy(pos),
              "lengths": torch.from_numpy(lengths.astype(np.int32)), "max_seqlen": longest,
              "sample_keys": [s.key for s in samples]}
-    batch.update(_images_out(samples, cfg))
+    batch.update(_images_out(parts, cfg))
     stats.samples += len(samples)
     stats.images += sum(len(s.images) for s in samples)
     stats.real_tokens += int(lengths.sum()) if real else 0

@@ -31,7 +31,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from vlmdata.cache.fetch import CorruptShardError, DirectFetcher, FetchError, RetryPolicy, ShardRef
 from vlmdata.collate import CollateConfig, PreparedSample, collate_bucket, collate_pack, prepare_sample
 from vlmdata.decode.policy import FixedPolicy, ImagePolicy, make_policy
-from vlmdata.metrics import StatsDelta
+from vlmdata.metrics import StatsDelta, take_fetch_stats
 from vlmdata.plan.assign import rank_packs
 from vlmdata.plan.plan import Corpus, EpochPlanner, PlanOptions
 from vlmdata.source import ShardReadError, Source, open_source
@@ -319,7 +319,10 @@ class VLMDataset(IterableDataset):
 
     def _announce(self, planner: EpochPlanner, k: int, base: int, step: int, nw: int) -> None:
         """Tell the fetcher this worker's shard reads from window k on, in order: exact for
-        windows k and k + 1 (planned), then the shards of each later window of the epoch."""
+        windows k and k + 1 (planned), then the shards of each later window of the epoch.
+        Also loads the shard indices of windows k and k + 1 in background threads."""
+        wanted = planner.window_shards(k) + (planner.window_shards(k + 1) if k + 1 < planner.num_windows else [])
+        self._prefetch_indices(wanted)
         order = self._worker_reads(planner, k, base, step, nw)
         if k + 1 < planner.num_windows:
             order += self._worker_reads(planner, k + 1, base, step, nw)
@@ -327,6 +330,16 @@ class VLMDataset(IterableDataset):
             order.extend(planner.window_shards(j))
         order = list(dict.fromkeys(order))
         self._get_fetcher().plan_ahead([self._ref(int(x)) for x in order])
+
+    def _prefetch_indices(self, shards: list[int]) -> None:
+        """Keep only these (global) shards' indices, loading the missing ones in the background."""
+        local: list[list[int]] = [[] for _ in self.sources]
+        for g in shards:
+            i = self.corpus.source_of_shard(int(g))
+            local[i].append(int(g) - int(self.corpus.shard_base[i]))
+        for src, wanted in zip(self.sources, local):
+            src.retain_indices(wanted)
+            src.prefetch_indices(wanted)
 
     def _worker_reads(self, planner: EpochPlanner, k: int, base: int, step: int, nw: int) -> list[int]:
         """Shards this worker reads in window k, in first-read order (steps step, step + nw, ...)."""
@@ -396,6 +409,8 @@ class VLMDataset(IterableDataset):
             prepared.append(sample)
         collate = collate_pack if self.plan_options.mode == "pack" else collate_bucket
         batch = collate(prepared, self.collate_config, stats)
+        if self._fetcher is not None:                 # in-worker cache counts since the last pack
+            stats.merge(take_fetch_stats(self._fetcher))
         batch["stats"] = stats.to_dict()
         return batch
 

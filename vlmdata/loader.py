@@ -20,6 +20,8 @@ def make_loader(ds, num_workers: int | str = 2, pin_memory: bool | None = None,
     num_workers="auto" asks `vlmdata.tune.auto_loader_settings(ds)` for workers,
     prefetch and pinning. pin_memory=None pins when CUDA is available.
     stateful=True returns torchdata's StatefulDataLoader (state_dict / load_state_dict).
+    With "auto", a `worker_init_fn` of the caller runs after the tuner's (decode threads); when the
+    tuner picks 0 workers, its decode threads are applied to `ds` itself.
     persistent_workers=True keeps each worker's copy of the dataset: `ds.set_epoch()` and
     `ds.load_state_dict()` made later in the main process do not reach it, so make a new loader
     per epoch (the default) unless every epoch should repeat the same order.
@@ -32,9 +34,15 @@ def make_loader(ds, num_workers: int | str = 2, pin_memory: bool | None = None,
         except ModuleNotFoundError as exc:
             raise RuntimeError("num_workers='auto' needs vlmdata.tune (the worker auto-tuner), which is not "
                                "installed in this build; pass an int number of workers") from exc
+        from vlmdata.tune_types import WorkerThreads, apply_decode_threads
+
         settings = tune.auto_loader_settings(ds)
         extra = settings.loader_kwargs()            # num_workers, pin_memory, prefetch, worker_init_fn
         num_workers = extra.pop("num_workers")
+        if "worker_init_fn" in extra and kwargs.get("worker_init_fn") is not None:
+            extra["worker_init_fn"] = WorkerThreads(settings.decode_threads, chain=kwargs.pop("worker_init_fn"))
+        if num_workers == 0 and settings.decode_threads > 1:
+            apply_decode_threads(ds, settings.decode_threads)
         prefetch_factor = prefetch_factor if prefetch_factor is not None else extra.pop("prefetch_factor", None)
         extra.pop("prefetch_factor", None)
         tuned_pin = extra.pop("pin_memory", None)

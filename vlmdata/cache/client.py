@@ -36,6 +36,7 @@ class DaemonClient:
         self._refs: list[ShardRef] = []
         self._plan = AccessPlan([])
         self._fallback = None
+        self._retired = None          # counts of a fallback cache closed since the last take_stats
         self._last_failure: float | None = None
         self.daemon_gets = 0
         self.fallback_gets = 0
@@ -77,6 +78,16 @@ class DaemonClient:
                "disconnects": self.disconnects}
         if self._fallback is not None:
             out["fallback"] = self._fallback.stats.to_dict()
+        return out
+
+    def take_stats(self):
+        """Counts of the in-process fallback cache since the last call (a StatsDelta), or None.
+        Gets served by the daemon are counted by the daemon's own metrics."""
+        with self._lock:
+            out, self._retired = self._retired, None
+            if self._fallback is not None:
+                got = self._fallback.stats.take()
+                out = got if out is None else out.merge(got)
         return out
 
     def close(self) -> None:
@@ -131,6 +142,8 @@ class DaemonClient:
         if self._fallback is not None:
             log.info("cache daemon at %s is back; using it again", self.config.daemon)
             self._fallback.close()
+            got = self._fallback.stats.take()             # reported by the next take_stats
+            self._retired = got if self._retired is None else self._retired.merge(got)
             self._fallback = None
         return True
 

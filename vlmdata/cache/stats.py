@@ -2,13 +2,15 @@
 
 DataLoader workers keep plain counters (`CacheStats.to_dict()`); only a process that owns a
 registry (the cache daemon, or a single-process loader) passes a MetricSet to mirror into.
+Without a MetricSet, `take()` hands the counts since its last call to the dataset as a
+`StatsDelta` (the same series the MetricSet would get), which rides along with the next pack.
 """
 from __future__ import annotations
 
 import threading
 from collections import Counter
 
-from vlmdata.metrics import MetricSet
+from vlmdata.metrics import MetricSet, StatsDelta
 
 
 class CacheStats:
@@ -29,11 +31,13 @@ class CacheStats:
         self.fetch_errors = 0
         self.inflight = 0
         self.prefetch_lead = 0
+        self._delta = StatsDelta()            # what a MetricSet would have received since take()
 
     def hit(self, tier: str, nbytes: int) -> None:
         with self._lock:
             self.hits[tier] += 1
             self.bytes_served[tier] += nbytes
+            self._delta.record_fetch(tier, True, nbytes)
         if self.metrics:
             self.metrics.cache_hits.labels(tier=tier).inc()
             self.metrics.fetch_bytes.labels(tier=tier).inc(nbytes)
@@ -41,12 +45,14 @@ class CacheStats:
     def miss(self, tier: str) -> None:
         with self._lock:
             self.misses[tier] += 1
+            self._delta.record_fetch(tier, False)
         if self.metrics:
             self.metrics.cache_misses.labels(tier=tier).inc()
 
     def evicted(self, tier: str, n: int = 1) -> None:
         with self._lock:
             self.evictions[tier] += n
+            self._delta.evictions[tier] += n
         if self.metrics:
             self.metrics.evictions.labels(tier=tier).inc(n)
 
@@ -55,6 +61,8 @@ class CacheStats:
             self.remote_fetches += 1
             self.remote_bytes += nbytes
             self.prefetch_fetches += int(prefetch)
+            if prefetch:
+                self._delta.fetch_bytes["remote"] += nbytes
         if self.metrics and prefetch:  # demand fetches are counted by hit("remote")
             self.metrics.fetch_bytes.labels(tier="remote").inc(nbytes)
 
@@ -71,12 +79,21 @@ class CacheStats:
 
     def set_lead(self, lead: int) -> None:
         self.prefetch_lead = lead
+        with self._lock:
+            self._delta.prefetch_lead = float(lead)
         if self.metrics:
             self.metrics.prefetch_lead.set(lead)
 
     def set_bytes(self, tier: str, nbytes: int) -> None:
         if self.metrics:
             self.metrics.cache_bytes.labels(tier=tier).set(nbytes)
+
+    def take(self) -> StatsDelta | None:
+        """Counts since the last call as a StatsDelta, then reset them; None when a MetricSet
+        already receives them (so nothing reaches Prometheus twice)."""
+        with self._lock:
+            out, self._delta = self._delta, StatsDelta()
+        return None if self.metrics is not None else out
 
     def to_dict(self) -> dict:
         with self._lock:

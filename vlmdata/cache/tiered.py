@@ -333,5 +333,9 @@ class TieredFetcher:
     def stats(self) -> dict:
         return self.cache.stats.to_dict()
 
+    def take_stats(self):
+        """Cache counts since the last call (a StatsDelta; see CacheStats.take)."""
+        return self.cache.stats.take()
+
     def close(self) -> None:
         self.cache.close()

@@ -1,4 +1,4 @@
-"""`vlmdata demo`: corpus -> shards -> packed 2-rank training, with throughput and data-wait figures."""
+"""`vlmdata demo`: corpus -> shards -> packed 2-rank training, with throughput, data-wait and cache figures."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="generate, shard and train a tiny VLM on 2 local ranks",
                               description="Generate a corpus, shard it, train a few dozen packed steps on local "
                                           "ranks with torchrun (through the cache daemon when available) and print "
-                                          "real tokens/s, images/s, data-wait fraction and packing efficiency.")
+                                          "what ran and what it measured: real tokens/s, images/s, data-wait fraction, "
+                                          "packing efficiency and the cache hit rate (with the daemon). About a "
+                                          "minute on 2 CPU cores with the defaults.")
     p.add_argument("--workdir", help="keep everything here (default: a temporary directory, removed at the end)")
     p.add_argument("--samples", type=int, default=200, help="corpus size")
     p.add_argument("--steps", type=int, default=30, help="training steps")
