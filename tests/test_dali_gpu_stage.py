@@ -130,9 +130,11 @@ def test_corrupt_image_costs_its_sample(dataset, kind):
 def test_image_owners_from_counts_and_from_tokens(dataset):
     policy = POLICIES["dynamic"]
     batch = _pack_with_images(dataset, policy)
+    shipped = batch.pop("image_counts").numpy()     # deferred-decode packs carry them; test both ways
     sizes = batch["image_sizes"].numpy()
     from_tokens = image_owners(batch, policy, sizes, IMAGE_ID)
     counts = np.bincount(from_tokens, minlength=len(batch["sample_keys"]))
+    np.testing.assert_array_equal(counts, shipped)
     from_counts = image_owners({**batch, "image_counts": counts}, policy, sizes, None)
     np.testing.assert_array_equal(from_tokens, from_counts)
     assert np.all(np.diff(from_tokens) >= 0)

@@ -4,7 +4,7 @@ Wiring only; each job lives in its own module:
     source.py   open datasets (manifest + planning columns; shard indices on demand)
     plan/       the global pack sequence of an epoch (shuffle, pack, bucket, assign)
     cache/      the ShardFetcher (DirectFetcher when no cache is given)
-    decode/     image decoding (Pillow on CPU; DALI in the main process with defer_decode)
+    decode/     image decoding (TurboJPEG/Pillow on CPU; DALI in the main process with defer_decode)
     collate.py  the PackedBatch
 
 Per DataLoader worker: it walks the rank's steps w, w + nw, ... of the global
@@ -108,7 +108,8 @@ class VLMDataset(IterableDataset):
     `source`: a dataset path/URL, or a list of (path/URL, weight) to mix.
     `image_size`: an int (fixed square size) or a FixedPolicy / DynamicPolicy.
     `rank` / `world_size`: default from torch.distributed, else RANK / WORLD_SIZE, else 0 / 1.
-    `decoder`: "pillow" | "dali" | "auto" (vlmdata.decode.select.make_decoder).
+    `decoder`: "turbo" | "pillow" | "dali" | "auto" (vlmdata.decode.select.make_decoder; "auto" is
+        TurboJPEG when simplejpeg is installed, else Pillow, unless a measurement recorded otherwise).
     `cache`: None (direct reads) or a picklable object whose `.open()` gives a ShardFetcher,
         called once in each worker process.
     """
