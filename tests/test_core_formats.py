@@ -112,3 +112,18 @@ def test_direct_fetcher_verifies_and_reports(tmp_path):
         f.get(ShardRef(str(p), len(payload), crc ^ 1))
     with pytest.raises(FetchError, match="not found"):
         f.get(ShardRef(str(tmp_path / "missing.bin")))
+
+
+def test_token_member_fast_path_matches_np_load():
+    from vlmdata.formats.sample import tokens_from_npy, tokens_to_npy
+
+    for n in (0, 1, 7, 4096):
+        arr = np.arange(2 * n, dtype=np.int32).reshape(2, n)
+        data = tokens_to_npy(arr)
+        buf = io.BytesIO()
+        np.save(buf, arr)
+        assert data == buf.getvalue()
+        out = tokens_from_npy(memoryview(data))
+        assert np.array_equal(out, arr) and out.flags.writeable
+    with pytest.raises(ValueError, match="expected int32"):
+        tokens_from_npy(tokens_to_npy(np.zeros((3, 2), np.int32)))

@@ -56,7 +56,24 @@ def tokens_to_npy(tokens: np.ndarray) -> bytes:
     return b"".join((_NPY_MAGIC, len(head).to_bytes(2, "little"), head, arr.tobytes()))
 
 
+_FAST_HEADER = re.compile(rb"\{'descr': '<i4', 'fortran_order': False, 'shape': \(2, (\d+)\), \}\s*\n")
+
+
 def tokens_from_npy(data) -> np.ndarray:
+    """The (2, T) int32 tokens of a `.tok.npy` member.
+
+    The header `tokens_to_npy` (and `np.save`) writes is recognised directly and
+    the data copied out in one step; any other valid `.npy` goes through np.load.
+    """
+    view = memoryview(data)
+    if len(view) >= 10 and view[:8] == _NPY_MAGIC:
+        head_len = int.from_bytes(view[8:10], "little")
+        match = _FAST_HEADER.fullmatch(bytes(view[10:10 + head_len]))
+        if match is not None:
+            n = int(match.group(1))
+            body = view[10 + head_len:]
+            if len(body) == 8 * n:
+                return np.frombuffer(body, dtype=np.int32).reshape(2, n).copy()
     arr = np.load(io.BytesIO(bytes(data)), allow_pickle=False)
     if arr.dtype != np.int32 or arr.ndim != 2 or arr.shape[0] != 2:
         raise ValueError(f"token member has dtype {arr.dtype} and shape {arr.shape}, expected int32 (2, T)")
