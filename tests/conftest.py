@@ -38,3 +38,22 @@ def small_llava_corpus(tmp_path_factory) -> Path:
 def corrupt_llava_corpus(tmp_path_factory) -> Path:
     """150 LLaVA-style samples with ~15 % corrupt entries (ids in corrupt.json)."""
     return generate_corpus(tmp_path_factory.mktemp("llava_bad"), samples=150, seed=2, corrupt=0.15)
+
+
+def run_group(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run in a new session; on timeout the whole process group is killed.
+
+    torchrun and similar launchers leave their workers running when only the
+    launcher is killed; this keeps a timed-out test from leaking them.
+    """
+    import signal
+
+    with subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, **kwargs) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            raise AssertionError(f"{cmd[:4]}... timed out after {timeout}s\n{err[-3000:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

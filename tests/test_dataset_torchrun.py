@@ -1,10 +1,10 @@
 """Rank and world size from torch.distributed under a real torchrun: exactly once, equal step counts."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+from conftest import run_group
 from dataset_fixtures import make_samples, write_dataset
 
 SCRIPT = r'''
@@ -34,7 +34,7 @@ def test_torchrun_two_ranks(tmp_path):
     env["OMP_NUM_THREADS"] = "1"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            str(script), root, str(tmp_path)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    proc = run_group(cmd, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     steps = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert len(steps[0]) == len(steps[1]) > 0

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import torch
+from conftest import run_group
 
 from pipelines.model import TinyVLM
 from pipelines.packs import split_pack
@@ -75,7 +76,7 @@ def torchrun(args: list[str], timeout: float = 600, env: dict | None = None) -> 
     """Run `python -m torch.distributed.run ARGS` from the repo root (no shell); raises with output on failure."""
     full_env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO, **(env or {}))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", *args]
-    proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
+    proc = run_group(cmd, timeout=timeout, cwd=REPO, env=full_env)
     if proc.returncode != 0:
         raise AssertionError(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
     return proc

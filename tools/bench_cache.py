@@ -13,7 +13,7 @@ counts requests and bytes: the "object store" as the cache sees it. Three measur
 3. Four reader processes on one node through `vlmdata cache-daemon`: bytes fetched from the store
    divided by the dataset bytes (target 1.0x), next to four readers without the daemon (4x).
 
-Usage: .venv/bin/python tools/bench_cache.py [--quick] [--out /tmp/team/bench-cache.md]
+Usage: .venv/bin/python tools/bench_cache.py [--quick] [--out bench_out/bench-cache.md]
 """
 from __future__ import annotations
 
@@ -505,7 +505,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--serve-store", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
-    ap.add_argument("--out", default="/tmp/team/bench-cache.md")
+    ap.add_argument("--out", default="bench_out/bench-cache.md")
     args = ap.parse_args()
     if args.serve_store:
         serve_store()

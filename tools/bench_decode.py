@@ -2,7 +2,7 @@
 """Decode throughput: DALI-CPU vs Pillow(-SIMD) (and DALI mixed on a GPU), same images, one run.
 
     python tools/bench_decode.py [--samples 300] [--raw DIR] [--threads 1,2] [--rounds 2]
-                                 [--out /tmp/team/bench-decode.md] [--save-choice] [--require-gpu]
+                                 [--out bench_out/bench-decode.md] [--save-choice] [--require-gpu]
 
 Generates a gen_raw corpus (or uses --raw), loads every image's bytes and
 header size once, then decodes them all per decoder, in calls of --pack images
@@ -183,7 +183,7 @@ def write_report(path: Path, args, machine: dict, vers: dict, results: dict, n_i
         ratios = [f"x{results[p][n] / results[p]['pillow (draft)']:.2f}" for p in results]
         lines.append(f"| {n} | " + " | ".join(rates) + " | " + " | ".join(ratios) + " |")
     lines.append("")
-    lines.append("Ratios are against Pillow(-SIMD) with draft mode, the CPU path `decoder=\"auto\"` picks.")
+    lines.append("Ratios are against Pillow(-SIMD) with draft mode (`decoder=\"auto\"` uses TurboJPEG at the same DCT scales when simplejpeg is installed).")
     lines.append(f"Load average during the run: {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
                  "(a shared machine is noisy: compare ratios within one run).")
     tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="DALI-CPU thread counts to measure, comma-separated")
     ap.add_argument("--gpu-threads", type=int, default=4, help="DALI CPU threads of the mixed pipeline")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=Path("/tmp/team/bench-decode.md"))
+    ap.add_argument("--out", type=Path, default=Path("bench_out/bench-decode.md"))
     ap.add_argument("--json", type=Path, help="also write the numbers as JSON here")
     ap.add_argument("--save-choice", action="store_true", help="record the faster CPU decoder for decoder='auto'")
     ap.add_argument("--require-gpu", action="store_true", help="fail unless a CUDA GPU runs the DALI mixed path")

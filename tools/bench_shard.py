@@ -20,7 +20,7 @@ same job split (rows [i*n, (i+1)*n)). The page cache is warmed first.
 Both downscale with the area filter (Pillow BOX, like img2dataset's
 cv2.INTER_AREA) and encode JPEG quality 95.
 
-    python tools/bench_shard.py [--samples 2000] [--workers 2] [--corpus DIR] [--md /tmp/team/bench-shard.md]
+    python tools/bench_shard.py [--samples 2000] [--workers 2] [--corpus DIR] [--md bench_out/bench-shard.md]
 """
 from __future__ import annotations
 
@@ -254,6 +254,7 @@ def main() -> int:
         for name, bname, ours_sps, base_sps, ratio, target in results:
             lines.append(f"| {name} | {ours_sps:.0f} | {bname} | {base_sps:.0f} | {ratio:.2f}x | >= {target}x |")
         lines += ["", info, ""]
+        Path(a.md).parent.mkdir(parents=True, exist_ok=True)
         Path(a.md).write_text("\n".join(lines))
         print(f"wrote {a.md}")
     return 0

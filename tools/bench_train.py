@@ -11,7 +11,7 @@ their ratio (target >= 1.8x on CPU). Unless --no-demo, it then runs the demo
 (2 ranks, cache daemon when available) and reports its data-wait fraction
 (target < 5 %).
 
-    python tools/bench_train.py [--samples 300] [--packs 10] [--max-tokens 2048] [--out /tmp/team/bench-train.md]
+    python tools/bench_train.py [--samples 300] [--packs 10] [--max-tokens 2048] [--out bench_out/bench-train.md]
 """
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads for the single-process comparison")
     ap.add_argument("--no-demo", action="store_true", help="skip the demo's data-wait measurement")
     ap.add_argument("--demo-steps", type=int, default=30)
-    ap.add_argument("--out", default="/tmp/team/bench-train.md")
+    ap.add_argument("--out", default="bench_out/bench-train.md")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     work = tempfile.mkdtemp(prefix="bench-train-")

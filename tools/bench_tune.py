@@ -12,7 +12,7 @@ the sweep's. Targets: pick within 5 % of the best, in at most 40 % of the time.
 known optimum, searched as if the machine had N CPUs (its costs are sleeps,
 so the 2-core box can stand in for a larger one).
 
-    .venv/bin/python tools/bench_tune.py [--samples 600] [--synthetic 16] [--out /tmp/team/bench-tune.md]
+    .venv/bin/python tools/bench_tune.py [--samples 600] [--synthetic 16] [--out bench_out/bench-tune.md]
 """
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="search space of the real pipeline as for this many CPUs (default: this machine's)")
     p.add_argument("--synthetic", type=int, default=0, metavar="CPUS",
                    help="also compare on the synthetic pipeline searched for CPUS CPUs (e.g. 16)")
-    p.add_argument("--out", default="/tmp/team/bench-tune.md")
+    p.add_argument("--out", default="bench_out/bench-tune.md")
     args = p.parse_args(argv)
 
     head = machine_lines()

@@ -22,11 +22,14 @@ per image (length M = n_images.sum())
 from __future__ import annotations
 
 import io
+import threading
 from dataclasses import dataclass, fields
 
 import numpy as np
 
 from vlmdata import fsutil
+
+_NPY_PARSE_LOCK = threading.Lock()
 
 SAMPLE_FIELDS = {
     "offset": np.int64, "span": np.int64,
@@ -91,7 +94,11 @@ class SampleIndex:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SampleIndex:
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        # np.load parses .npy headers with ast.literal_eval, and CPython 3.11's
+        # compiler is not safe to enter from several threads at once (it can raise
+        # "SystemError: AST constructor recursion depth mismatch"); indices are
+        # fetched by thread pools, so parsing is serialised. Parsing is ~50 us.
+        with _NPY_PARSE_LOCK, np.load(io.BytesIO(data), allow_pickle=False) as z:
             return cls(**{f.name: z[f.name] for f in fields(cls)})
 
     def save(self, url: str, storage_options: dict | None = None) -> None:
