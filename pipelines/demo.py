@@ -22,6 +22,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from vlmdata.sysinfo import cpu_model
+
 log = logging.getLogger("pipelines.demo")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -146,16 +148,6 @@ def _torch_version() -> str:
     return torch.__version__
 
 
-def cpu_model() -> str:
-    """The CPU's model name (Linux), else what platform knows."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def find_gen_raw() -> str | None:

@@ -433,13 +433,9 @@ def machine() -> dict:
     import moto
     import s3fs
 
-    cpu = "unknown"
-    if os.path.exists("/proc/cpuinfo"):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "moto": moto.__version__,
+    from vlmdata.sysinfo import cpu_model
+
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(), "moto": moto.__version__,
             "s3fs": s3fs.__version__, "fsspec": fsspec.__version__, "platform": platform.platform()}
 
 

@@ -35,6 +35,7 @@ from PIL import Image  # noqa: E402
 
 from vlmdata.decode.dali import DaliCpuDecoder  # noqa: E402
 from vlmdata.decode.pillow import PillowDecoder  # noqa: E402
+from vlmdata.sysinfo import cpu_model  # noqa: E402
 
 try:
     from vlmdata.decode.turbo import TurboDecoder  # noqa: E402  (needs simplejpeg)
@@ -63,15 +64,6 @@ def load_images(raw: Path) -> tuple[list[bytes], list[tuple[int, int]]]:
     return data, sizes
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def gpu_name() -> str | None:

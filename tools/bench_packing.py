@@ -28,6 +28,7 @@ from PIL import Image
 
 from vlmdata.plan.bucketing import bucket, padded_ratio
 from vlmdata.plan.packing import best_fit_decreasing, fill_ratio, next_fit, pack
+from vlmdata.sysinfo import cpu_model  # noqa: E402
 from vlmdata.tokenizer import ByteTokenizer, encode_conversation
 
 GEN_RAW = "/work/shared/bench/gen_raw.py"
@@ -40,12 +41,7 @@ WORDS = ("a the small large red blue green person dog cat car street table "
 
 
 def machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_model()
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}"
 
 

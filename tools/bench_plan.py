@@ -21,17 +21,13 @@ from vlmdata.decode.policy import FixedPolicy
 from vlmdata.plan.lengths import sample_lengths
 from vlmdata.plan.packing import best_fit_decreasing, pack
 from vlmdata.plan.plan import Corpus, EpochPlanner, PlanOptions
+from vlmdata.sysinfo import cpu_model  # noqa: E402
 
 WORD_LEN = 4.6   # mean word length of gen_raw's vocabulary, + 1 space
 
 
 def machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_model()
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}"
 
 

@@ -13,12 +13,12 @@ import hashlib
 import json
 import logging
 import os
-import platform
 from collections.abc import Iterator
 
 import torch
 
 from vlmdata import fsutil
+from vlmdata.sysinfo import cpu_model
 from vlmdata.tune_types import TuneResult
 
 log = logging.getLogger(__name__)
@@ -59,15 +59,6 @@ def total_memory() -> int:
     raise RuntimeError("MemTotal not found in /proc/meminfo")
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except FileNotFoundError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine_fingerprint(cpu_count: int) -> dict:

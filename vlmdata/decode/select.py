@@ -28,11 +28,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import platform
 from pathlib import Path
 
 from vlmdata.decode.base import ImageDecoder
 from vlmdata.decode.policy import ImagePolicy
+from vlmdata.sysinfo import cpu_model
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +47,7 @@ def choice_path() -> Path:
 
 def machine_key() -> str:
     """CPU model, core count and decoder library versions: a cached choice is valid only for these."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return (f"{model}|{os.cpu_count()}|PIL {_version('PIL')}|DALI {_version('nvidia.dali')}"
+    return (f"{cpu_model()}|{os.cpu_count()}|PIL {_version('PIL')}|DALI {_version('nvidia.dali')}"
             f"|simplejpeg {_version('simplejpeg')}")
 
 

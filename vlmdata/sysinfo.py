@@ -1,0 +1,16 @@
+"""Facts about the machine that benchmarks, caches keyed by machine, and the demo report."""
+from __future__ import annotations
+
+import platform
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
