@@ -22,6 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from vlmdata.synthetic import find_gen_raw
 from vlmdata.sysinfo import cpu_model
 
 log = logging.getLogger("pipelines.demo")
@@ -150,18 +151,10 @@ def _torch_version() -> str:
 
 
 
-def find_gen_raw() -> str | None:
-    """The shared benchmark corpus generator, if this checkout has one next to it."""
-    candidates = [os.environ.get("VLMDATA_GEN_RAW", ""), os.path.join(REPO, "..", "shared", "bench", "gen_raw.py")]
-    for path in candidates:
-        if path and os.path.isfile(path):
-            return os.path.abspath(path)
-    return None
-
 
 def make_corpus(cfg: DemoConfig, out: str) -> str:
     """Write the raw corpus; returns which generator was used."""
-    gen_raw = find_gen_raw() if cfg.corpus in ("auto", "gen_raw") else None
+    gen_raw = find_gen_raw(REPO) if cfg.corpus in ("auto", "gen_raw") else None
     if cfg.corpus == "gen_raw" and gen_raw is None:
         raise SystemExit("demo: --corpus gen_raw but ../shared/bench/gen_raw.py is not there (set VLMDATA_GEN_RAW)")
     if gen_raw:

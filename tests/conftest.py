@@ -8,16 +8,12 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from vlmdata.synthetic import require_gen_raw
 
 
 def gen_raw_path() -> Path:
     """../shared/bench/gen_raw.py next to the checkout (VLMDATA_GEN_RAW overrides)."""
-    override = os.environ.get("VLMDATA_GEN_RAW")
-    path = Path(override) if override else REPO.parent / "shared" / "bench" / "gen_raw.py"
-    if not path.exists():
-        raise FileNotFoundError(f"corpus generator not found at {path}; set VLMDATA_GEN_RAW")
-    return path
+    return Path(require_gen_raw())
 
 
 def generate_corpus(out: Path, samples: int, seed: int = 0, fmt: str = "llava", corrupt: float = 0.0) -> Path:

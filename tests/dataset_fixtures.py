@@ -20,6 +20,7 @@ from vlmdata.formats.index import IndexBuilder, concat_planning_columns
 from vlmdata.formats.manifest import PLANNING_NAME, Manifest, ShardInfo
 from vlmdata.formats.sample import EncodedImage, write_sample
 from vlmdata.formats.tario import TarShardWriter
+from vlmdata.synthetic import gen_raw_lengths  # noqa: F401  (re-exported for tests)
 from vlmdata.tokenizer import ByteTokenizer, encode_conversation
 
 TOK = ByteTokenizer()
@@ -129,24 +130,4 @@ def expected_sample(sample: RawSample, image_tokens: list[int], max_tokens: int 
     return ids, labels
 
 
-def gen_raw_lengths(n: int, seed: int = 0, image_tokens: int = 576) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens, images) per sample following gen_raw.py's distributions (LLaVA layout, byte tokenizer)."""
-    rng = np.random.default_rng(seed)
-    word_len = np.asarray([len(w) for w in GEN_RAW_WORDS])
-    r = rng.random(n)
-    k = np.where(r < 0.05, 0, np.where(r < 0.9, 1, rng.integers(2, 9, n)))
-    r2 = rng.random(n)
-    words = np.where(r2 < 0.6, rng.lognormal(2.6, 0.5, n),
-                     np.where(r2 < 0.9, rng.lognormal(4.8, 0.5, n), rng.lognormal(6.8, 0.6, n)))
-    words = np.clip(words.astype(np.int64), 3, 5000)
-    owner = np.repeat(np.arange(n), words)
-    chars = np.bincount(owner, weights=word_len[rng.integers(0, len(word_len), int(words.sum()))], minlength=n)
-    text = 25 + k + chars.astype(np.int64) + words - 1
-    return text + image_tokens * k, k
 
-
-GEN_RAW_WORDS = ("a the small large red blue green person dog cat car street table "
-                 "window tree sky building sign text shows picture left right next to "
-                 "on under with holding sitting standing two three several bright dark "
-                 "wooden metal glass food plate cup road field water boat train bus "
-                 "chart axis value label figure diagram screen menu button page line").split()

@@ -67,7 +67,7 @@ def test_gen_raw_absent_falls_back_to_builtin(tmp_path, monkeypatch):
 
     monkeypatch.setattr(demo, "REPO", str(tmp_path / "nowhere"))
     monkeypatch.delenv("VLMDATA_GEN_RAW", raising=False)
-    assert demo.find_gen_raw() is None
+    assert demo.find_gen_raw(demo.REPO) is None
     used = demo.make_corpus(demo.DemoConfig(samples=5), str(tmp_path / "raw"))
     assert used.startswith("builtin")
     lines = open(tmp_path / "raw" / "data.jsonl").read().splitlines()

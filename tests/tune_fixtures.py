@@ -1,6 +1,8 @@
 """Shared helpers for the tuner tests (owned by the tuner's tests)."""
 from __future__ import annotations
 
+from conftest import gen_raw_path
+
 from vlmdata.tune_measure import MeasurePlan
 from vlmdata.tune_synthetic import SyntheticSpec
 from vlmdata.tune_types import LoaderSettings, Measurement
@@ -48,7 +50,7 @@ def make_small_dataset(root, samples: int = 80, seed: int = 0) -> str:
     from vlmdata.ingest import ShardConfig, shard_dataset
 
     raw, out = os.path.join(root, "raw"), os.path.join(root, "ds")
-    subprocess.run([sys.executable, "/work/shared/bench/gen_raw.py", raw, "--samples", str(samples),
+    subprocess.run([sys.executable, str(gen_raw_path()), raw, "--samples", str(samples),
                     "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
     shard_dataset(ShardConfig(inputs=[os.path.join(raw, "data.jsonl")], output=out,
                               max_samples_per_shard=max(10, samples // 4), workers=1))

@@ -30,7 +30,6 @@ import time
 
 import numpy as np
 
-GEN_RAW = "/work/shared/bench/gen_raw.py"
 SIZE = 336
 
 
@@ -163,8 +162,10 @@ def prepare(cache: str, samples: int) -> tuple[str, str]:
             f.writelines(lines)
         os.replace(os.path.join(raw, "data.jsonl.tmp"), os.path.join(raw, "data.jsonl"))
     if not os.path.exists(os.path.join(raw, "data.jsonl")):
+        from vlmdata.synthetic import require_gen_raw
+
         print(f"making the corpus: gen_raw.py {raw} --samples {samples} (once, cached)")
-        subprocess.run([sys.executable, GEN_RAW, raw, "--samples", str(samples), "--seed", "0"], check=True)
+        subprocess.run([sys.executable, require_gen_raw(), raw, "--samples", str(samples), "--seed", "0"], check=True)
     root = os.path.join(cache, f"shards-wds-{samples}")
     if not os.path.exists(os.path.join(root, "manifest.json")):
         from vlmdata.ingest import shard_dataset

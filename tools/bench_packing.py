@@ -5,7 +5,7 @@
 
 Lengths are what the planner sees: text tokens (byte tokenizer, LLaVA layout)
 plus 576 tokens per image (336 px, patch 14). The real corpus is made by
-/work/shared/bench/gen_raw.py once and reused; image sizes are read from the
+../shared/bench/gen_raw.py once and reused; image sizes are read from the
 JPEG headers. A larger sample drawn from gen_raw.py's distributions is
 packed too. Compared in the same run: next-fit (streaming), best-fit-decreasing,
 padding to the longest sample of fixed-size batches, and length bucketing.
@@ -28,16 +28,11 @@ from PIL import Image
 
 from vlmdata.plan.bucketing import bucket, padded_ratio
 from vlmdata.plan.packing import best_fit_decreasing, fill_ratio, next_fit, pack
+from vlmdata.synthetic import gen_raw_lengths, require_gen_raw  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
 from vlmdata.tokenizer import ByteTokenizer, encode_conversation
 
-GEN_RAW = "/work/shared/bench/gen_raw.py"
 IMAGE_TOKENS = (336 // 14) ** 2
-WORDS = ("a the small large red blue green person dog cat car street table "
-         "window tree sky building sign text shows picture left right next to "
-         "on under with holding sitting standing two three several bright dark "
-         "wooden metal glass food plate cup road field water boat train bus "
-         "chart axis value label figure diagram screen menu button page line").split()
 
 
 def machine() -> str:
@@ -65,21 +60,6 @@ def corpus_lengths(root: str) -> tuple[np.ndarray, np.ndarray]:
             images.append(len(paths))
     return np.asarray(lengths, np.int64), np.asarray(images, np.int64)
 
-
-def simulated_lengths(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """gen_raw.py's distributions without making the images."""
-    rng = np.random.default_rng(seed)
-    word_len = np.asarray([len(w) for w in WORDS])
-    r = rng.random(n)
-    k = np.where(r < 0.05, 0, np.where(r < 0.9, 1, rng.integers(2, 9, n)))
-    r2 = rng.random(n)
-    words = np.where(r2 < 0.6, rng.lognormal(2.6, 0.5, n),
-                     np.where(r2 < 0.9, rng.lognormal(4.8, 0.5, n), rng.lognormal(6.8, 0.6, n)))
-    words = np.clip(words.astype(np.int64), 3, 5000)
-    owner = np.repeat(np.arange(n), words)
-    chars = np.bincount(owner, weights=word_len[rng.integers(0, len(word_len), int(words.sum()))], minlength=n)
-    # BOS USER ("<image>\n" * k + "Describe the content.") ASSISTANT text EOS, placeholders -> image tokens
-    return 25 + k + chars.astype(np.int64) + words - 1 + IMAGE_TOKENS * k, k
 
 
 def padding_to_longest(lengths: np.ndarray, batch: int, seed: int = 0) -> tuple[float, int]:
@@ -134,11 +114,12 @@ def main() -> None:
     root = a.corpus or os.path.join(os.environ.get("VLMDATA_BENCH_CACHE", "/tmp/vlmdata-bench"),
                                     f"genraw-llava-{a.samples}")
     if not os.path.exists(os.path.join(root, "data.jsonl")):
-        print(f"making the corpus: {GEN_RAW} {root} --samples {a.samples} --seed 0 (once, cached)")
-        subprocess.run([sys.executable, GEN_RAW, root, "--samples", str(a.samples), "--seed", "0"], check=True)
+        gen_raw = require_gen_raw()
+        print(f"making the corpus: {gen_raw} {root} --samples {a.samples} --seed 0 (once, cached)")
+        subprocess.run([sys.executable, gen_raw, root, "--samples", str(a.samples), "--seed", "0"], check=True)
     lengths, images = corpus_lengths(root)
     real = evaluate(f"gen_raw corpus {root}", lengths, images, a.max_tokens, a.window)
-    sim = evaluate("gen_raw distribution (simulated)", *simulated_lengths(a.sim_samples), a.max_tokens, a.window)
+    sim = evaluate("gen_raw distribution (simulated)", *gen_raw_lengths(a.sim_samples, 0, IMAGE_TOKENS), a.max_tokens, a.window)
     windowed = sim[f"vlmdata pack (windows of {a.window})"]
     ours = real["vlmdata pack (one window)"]
     bfd = real["best-fit-decreasing (one window)"]

@@ -21,6 +21,7 @@ from vlmdata.decode.policy import FixedPolicy
 from vlmdata.plan.lengths import sample_lengths
 from vlmdata.plan.packing import best_fit_decreasing, pack
 from vlmdata.plan.plan import Corpus, EpochPlanner, PlanOptions
+from vlmdata.synthetic import image_and_word_counts  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
 
 WORD_LEN = 4.6   # mean word length of gen_raw's vocabulary, + 1 space
@@ -33,12 +34,8 @@ def machine() -> str:
 
 def synthetic_columns(n: int, shard_samples: int, seed: int = 0) -> tuple[dict, np.ndarray]:
     rng = np.random.default_rng(seed)
-    r = rng.random(n)
-    k = np.where(r < 0.05, 0, np.where(r < 0.9, 1, rng.integers(2, 9, n))).astype(np.int16)
-    r2 = rng.random(n)
-    words = np.where(r2 < 0.6, rng.lognormal(2.6, 0.5, n),
-                     np.where(r2 < 0.9, rng.lognormal(4.8, 0.5, n), rng.lognormal(6.8, 0.6, n)))
-    words = np.clip(words, 3, 5000)
+    k, words = image_and_word_counts(rng, n)
+    k = k.astype(np.int16)
     text = (25 + k + words * (WORD_LEN + 1) + rng.normal(0, 1, n) * np.sqrt(words) * 2).astype(np.int32)
     m = int(k.sum())
     u = rng.random(m)

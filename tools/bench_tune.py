@@ -27,14 +27,13 @@ from dataclasses import dataclass
 
 import torch
 
+from vlmdata.synthetic import require_gen_raw
 from vlmdata.tune import format_table, tune
 from vlmdata.tune_cache import cpu_model, total_memory, usable_cpus
 from vlmdata.tune_measure import LoaderRunner, MeasurePlan
 from vlmdata.tune_search import make_space
 from vlmdata.tune_synthetic import SyntheticDataset, SyntheticSpec
 from vlmdata.tune_types import LoaderSettings, Measurement, TuneBudget, TuneConfig
-
-GEN_RAW = "/work/shared/bench/gen_raw.py"
 
 
 @dataclass
@@ -141,7 +140,7 @@ def build_real_dataset(args, workdir: str):
         raw = os.path.join(workdir, "raw")
         root = os.path.join(workdir, "ds")
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, GEN_RAW, raw, "--samples", str(args.samples), "--seed", str(args.seed)],
+        subprocess.run([sys.executable, require_gen_raw(), raw, "--samples", str(args.samples), "--seed", str(args.seed)],
                        check=True, stdout=subprocess.DEVNULL)
         shard_dataset(ShardConfig(inputs=[os.path.join(raw, "data.jsonl")], output=root,
                                   max_samples_per_shard=max(50, args.samples // 8), workers=1))
