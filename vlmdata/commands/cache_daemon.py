@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import signal
 import threading
 
 from vlmdata.cache.daemon import CacheDaemon, DaemonOptions
+from vlmdata.commands.options import parse_storage_options
 
 log = logging.getLogger(__name__)
 
@@ -20,17 +20,6 @@ def _size(text: str) -> int:
         return int(float(t[:-1]) * units[t[-1]])
     return int(t)
 
-
-def _storage_options(text: str | None) -> dict:
-    if not text:
-        return {}
-    if text.startswith("@"):
-        with open(text[1:], encoding="utf-8") as f:
-            text = f.read()
-    opts = json.loads(text)
-    if not isinstance(opts, dict):
-        raise ValueError("--storage-options must be a JSON object")
-    return opts
 
 
 def register(subparsers) -> None:
@@ -58,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     opts = DaemonOptions(cache_dir=args.cache_dir, disk_bytes=args.disk_bytes, socket_path=args.socket,
                          tcp_port=args.tcp_port, policy=args.policy, prefetch_bytes=args.prefetch_bytes,
                          prefetch_threads=args.prefetch_threads,
-                         storage_options=_storage_options(args.storage_options))
+                         storage_options=parse_storage_options(args.storage_options))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

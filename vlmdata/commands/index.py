@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
+from vlmdata.commands.options import parse_storage_options, progress_bar
 from vlmdata.ingest import ConfigError
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS
 from vlmdata.ingest.index_existing import IndexConfig, index_dataset
@@ -21,27 +21,19 @@ def register(subparsers) -> None:
     p.add_argument("--tokenizer", default=None, help="a tokenizers JSON file (default: embedded byte tokenizer)")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
     p.add_argument("--max-image-pixels", type=int, default=DEFAULT_MAX_PIXELS)
-    p.add_argument("--storage-options", default=None, help="fsspec storage options as JSON")
+    p.add_argument("--storage-options", default=None, help="fsspec storage options as JSON, or @file.json")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        so = json.loads(args.storage_options) if args.storage_options else {}
-    except json.JSONDecodeError as exc:
-        print(f"error: --storage-options is not valid JSON: {exc}", file=sys.stderr)
+        so = parse_storage_options(args.storage_options)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     cfg = IndexConfig(root=args.root, text=args.text, json_field=args.json_field, tokenizer=args.tokenizer,
                       workers=args.workers, max_image_pixels=args.max_image_pixels, storage_options=so)
-    bar = None
-    update = None
-    if sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(unit=" samples", unit_scale=True, file=sys.stderr)
-
-        def update(rows: int, written: int) -> None:
-            bar.update(rows)
+    bar, update = progress_bar()
 
     t0 = time.perf_counter()
     try:

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from vlmdata.commands.options import parse_storage_options
 from vlmdata.ingest.inspect import inspect_dataset
 
 
@@ -12,15 +12,15 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("inspect", help="print counts, histograms, skipped samples and example samples")
     p.add_argument("dataset", help="dataset directory (local path or fsspec URL)")
     p.add_argument("--samples", type=int, default=3, help="how many samples to render (default 3)")
-    p.add_argument("--storage-options", default=None, help="fsspec storage options as JSON")
+    p.add_argument("--storage-options", default=None, help="fsspec storage options as JSON, or @file.json")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        so = json.loads(args.storage_options) if args.storage_options else {}
+        so = parse_storage_options(args.storage_options)
         print(inspect_dataset(args.dataset, so, samples=args.samples))
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
+from vlmdata.commands.options import parse_storage_options, progress_bar
 from vlmdata.ingest import ColumnSpec, ConfigError, ShardConfig, shard_dataset
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS
 from vlmdata.ingest.readers import INPUT_FORMAT_ALIASES, INPUT_FORMATS
@@ -35,7 +35,7 @@ def register(subparsers) -> None:
     p.add_argument("--image-column", default=None, help="caption tables: the image column")
     p.add_argument("--text-column", default=None, help="caption tables: the text column")
     p.add_argument("--id-column", default=None, help="the sample id column (default: id/key, else row number)")
-    p.add_argument("--storage-options", default=None, help="fsspec storage options as JSON (e.g. endpoint_url)")
+    p.add_argument("--storage-options", default=None, help="fsspec storage options as JSON (e.g. endpoint_url), or @file.json")
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync local files before renaming them (faster; a killed run still leaves no "
                         "torn file, a power loss may)")
@@ -44,24 +44,12 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _progress():
-    if not sys.stderr.isatty():
-        return None, None
-    from tqdm import tqdm
-
-    bar = tqdm(unit=" samples", unit_scale=True, file=sys.stderr, dynamic_ncols=True)
-
-    def update(rows: int, written: int) -> None:
-        bar.update(rows)
-
-    return bar, update
-
 
 def run(args: argparse.Namespace) -> int:
     try:
-        storage_options = json.loads(args.storage_options) if args.storage_options else {}
-    except json.JSONDecodeError as exc:
-        print(f"error: --storage-options is not valid JSON: {exc}", file=sys.stderr)
+        storage_options = parse_storage_options(args.storage_options)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     cfg = ShardConfig(inputs=args.inputs, output=args.output, input_format=args.input_format, format=args.format,
                       image_size=args.image_size, max_samples_per_shard=args.max_samples_per_shard,
@@ -70,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
                       quality=args.quality, max_image_pixels=args.max_image_pixels,
                       columns=ColumnSpec(image=args.image_column, text=args.text_column, id=args.id_column),
                       storage_options=storage_options, fsync=not args.no_fsync)
-    bar, update = _progress()
+    bar, update = progress_bar()
     t0 = time.perf_counter()
     try:
         manifest = shard_dataset(cfg, progress=update, progress_interval=max(0.0, args.progress_interval))
