@@ -8,7 +8,7 @@ cycles over in-memory packs (tests that need no dataset).
 GPU decode: on a CUDA device with decoder "dali"/"auto" (and a WebDataset
 dataset), `make_batch_source` builds the dataset with `defer_decode=True` (the
 workers ship encoded JPEG bytes) and wraps it in `StagedSource`, which runs
-`vlmdata.decode.dali_gpu.DaliGpuStage` (nvJPEG decode, resize, normalise, in
+`vlmdata.decode.dali.gpu.DaliGpuStage` (nvJPEG decode, resize, normalise, in
 this process) on every pack. Its `pixel_values` are floating and normalised,
 which the model recognises by their dtype. Elsewhere nothing changes: the
 workers decode to uint8.
@@ -24,8 +24,8 @@ from typing import Protocol
 
 import torch
 
-from vlmdata.decode.policy import DynamicPolicy, FixedPolicy, make_policy
-from vlmdata.formats.manifest import Manifest
+from vlmdata.decode import DynamicPolicy, FixedPolicy, make_policy
+from vlmdata.formats import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +83,7 @@ class DatasetSource:
 
     def __init__(self, opts: DataOptions, rank: int, world_size: int, pin_memory: bool = False,
                  defer_decode: bool = False):
-        from vlmdata import VLMDataset, make_loader
-        from vlmdata.dataset import DatasetOptions
+        from vlmdata.loading import DatasetOptions, VLMDataset, make_loader
 
         self.opts = opts
         self.dataset = VLMDataset(opts.data, seed=opts.seed, max_tokens=opts.max_tokens,
@@ -204,12 +203,12 @@ def gpu_stage_for(opts: DataOptions, device: torch.device, image_token_id: int):
     if Manifest.load(opts.data).kind == "memmap":  # already-decoded arrays: nothing to decode
         return None
     if opts.decode_stage == "dali-cpu":
-        from vlmdata.decode.dali_gpu import DaliGpuStage, GpuStageOptions
+        from vlmdata.decode.dali import DaliGpuStage, GpuStageOptions
 
         stage = DaliGpuStage(opts.policy(), GpuStageOptions(device="cpu", dtype="float32",
                                                             image_token_id=image_token_id))
     else:
-        from vlmdata.decode.select import make_gpu_stage
+        from vlmdata.decode import make_gpu_stage
 
         stage = make_gpu_stage(opts.decoder, opts.policy(), device.index or 0, image_token_id)
     if stage is not None:

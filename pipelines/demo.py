@@ -22,8 +22,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from vlmdata.synthetic import find_gen_raw
 from vlmdata.sysinfo import cpu_model
+from vlmdata.testing import find_gen_raw
 
 log = logging.getLogger("pipelines.demo")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,7 +119,8 @@ def cache_hit_rate(stats: dict) -> tuple[float, int]:
 
 def query_daemon_stats(address: str, timeout: float = 5.0) -> dict | None:
     """The cache daemon's counters (its `stats` request), or None when it does not answer."""
-    from vlmdata.cache.protocol import ProtocolError, connect, recv_msg, send_msg
+    from vlmdata.cache.daemon import connect, recv_msg, send_msg
+    from vlmdata.errors import ProtocolError
 
     try:
         sock = connect(address, timeout=timeout)
@@ -136,7 +137,7 @@ def query_daemon_stats(address: str, timeout: float = 5.0) -> dict | None:
 
 def dataset_summary(path: str) -> dict:
     """Shards, samples, images and bytes of a sharded dataset (from its manifest)."""
-    from vlmdata.formats.manifest import Manifest
+    from vlmdata.formats import Manifest
 
     shards = Manifest.load(path).shards
     return {"shards": len(shards), "samples": sum(x.samples for x in shards),
@@ -175,16 +176,6 @@ def shard(raw: str, out: str, image_size: int) -> None:
                               resize_max_side=max(4 * image_size, 128), workers=2))
 
 
-def daemon_available() -> bool:
-    try:
-        from vlmdata.cache import CacheConfig  # noqa: F401
-        from vlmdata.cache.client import DaemonClient  # noqa: F401
-        from vlmdata.commands import cache_daemon  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 class CacheDaemonProcess:
     """`vlmdata cache-daemon` on a Unix socket in the work dir, stopped on exit.
 
@@ -194,7 +185,7 @@ class CacheDaemonProcess:
     def __init__(self, workdir: str, timeout: float = 60.0):
         self.socket = os.path.join(workdir, "cache.sock")
         self.log_path = os.path.join(workdir, "cache-daemon.log")
-        cmd = [sys.executable, "-m", "vlmdata.cli", "cache-daemon", "--cache-dir", os.path.join(workdir, "cache"),
+        cmd = [sys.executable, "-m", "vlmdata", "cache-daemon", "--cache-dir", os.path.join(workdir, "cache"),
                "--disk-bytes", "2G", "--socket", self.socket]
         with open(self.log_path, "wb") as log_file:
             self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT,
@@ -254,7 +245,7 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
             shard(raw, data, cfg.image_size)
             print(f"[2/3] sharded into {data} ({time.perf_counter() - t0:.1f} s with generation)", flush=True)
         shard_seconds = time.perf_counter() - t0
-        if cfg.daemon and daemon_available():
+        if cfg.daemon:
             daemon = CacheDaemonProcess(workdir)
         where = f"through the cache daemon at {daemon.socket}" if daemon else "reading shards directly"
         print(f"[3/3] training {cfg.steps} steps on {cfg.nproc} ranks, {where}", flush=True)

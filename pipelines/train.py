@@ -48,7 +48,7 @@ from pipelines.checkpoint import latest_checkpoint, load_checkpoint, save_checkp
 from pipelines.data import BatchSource, DataOptions, make_batch_source, model_fields_for
 from pipelines.model import IGNORE, TinyVLM, VLMConfig, image_grids, param_checksum
 from vlmdata import fsutil
-from vlmdata.metrics import MetricSet, StatsDelta
+from vlmdata.metrics import MetricSet, StatsDelta, serve_metrics
 
 log = logging.getLogger("pipelines.train")
 
@@ -212,13 +212,6 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
 def start_metrics_server(metrics: MetricSet, port: int, rank: int):
     """Serve this rank's metrics on 127.0.0.1:(port + rank), or any free port when port is 0."""
     bind = port + rank if port else 0
-    try:
-        from vlmdata.metrics_server import serve_metrics
-    except ImportError:
-        from prometheus_client import start_http_server
-
-        server, _thread = start_http_server(bind, addr="127.0.0.1", registry=metrics.registry)
-        return server, f"http://127.0.0.1:{server.server_address[1]}/metrics"
     server = serve_metrics(metrics, port=bind)
     return server, server.url
 

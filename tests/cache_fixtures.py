@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from vlmdata.cache import ShardRef
-from vlmdata.cache.protocol import connect
+from vlmdata.cache.daemon import connect
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -81,7 +81,7 @@ def _daemon_answers(sock_path: str) -> bool:
 @contextmanager
 def daemon_process(cache_dir: Path, sock: Path, disk_bytes: int, extra: list[str] | None = None):
     """`vlmdata cache-daemon` in a subprocess; yields the Popen once the socket answers."""
-    cmd = [sys.executable, "-m", "vlmdata.cli", "cache-daemon", "--cache-dir", str(cache_dir),
+    cmd = [sys.executable, "-m", "vlmdata", "cache-daemon", "--cache-dir", str(cache_dir),
            "--disk-bytes", str(disk_bytes), "--socket", str(sock), *(extra or [])]
     proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

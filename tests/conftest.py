@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vlmdata.synthetic import require_gen_raw
+from vlmdata.testing import require_gen_raw
 
 
 def gen_raw_path() -> Path:

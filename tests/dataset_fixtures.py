@@ -16,12 +16,18 @@ import numpy as np
 from PIL import Image
 
 from vlmdata import fsutil
-from vlmdata.formats.index import IndexBuilder, concat_planning_columns
-from vlmdata.formats.manifest import PLANNING_NAME, Manifest, ShardInfo
-from vlmdata.formats.sample import EncodedImage, write_sample
-from vlmdata.formats.tario import TarShardWriter
-from vlmdata.synthetic import gen_raw_lengths  # noqa: F401  (re-exported for tests)
-from vlmdata.tokenizer import ByteTokenizer, encode_conversation
+from vlmdata.formats import (
+    PLANNING_NAME,
+    EncodedImage,
+    IndexBuilder,
+    Manifest,
+    ShardInfo,
+    TarShardWriter,
+    concat_planning_columns,
+    write_sample,
+)
+from vlmdata.testing import gen_raw_lengths  # noqa: F401  (re-exported for tests)
+from vlmdata.text import ByteTokenizer, encode_conversation
 
 TOK = ByteTokenizer()
 WORDS = "a the red blue dog cat car street tree sky sign chart value page line two bright dark".split()
@@ -73,14 +79,14 @@ def write_dataset(root: str, samples: list[RawSample], shard_size: int = 16, kin
         part = samples[s0:s0 + shard_size]
         stem = f"shard-{s0 // shard_size:06d}-00"
         if kind == "memmap":
-            from vlmdata.formats.memmap import MemmapPartWriter
+            from vlmdata.formats import MemmapPartWriter
 
             w = MemmapPartWriter(root, stem, image_size)
             for smp in part:
                 ims = [np.asarray(Image.fromarray(p).resize((image_size, image_size))) for p in smp.pixels]
                 w.add(smp.key, {"id": smp.key}, smp.tokens, ims, [(im.width, im.height) for im in smp.images])
             info = w.close()
-            from vlmdata.formats.index import SampleIndex
+            from vlmdata.formats import SampleIndex
 
             indices.append(SampleIndex.load(os.path.join(root, info.index)))
             shards.append(info)

@@ -30,7 +30,7 @@ class Corpus:
 
 def build_sharded_corpus(tmp: Path, samples: int = 60, per_shard: int = 10, seed: int = 3) -> Corpus:
     """gen_raw.py corpus -> `vlmdata shard` (engineer A's shard_dataset) -> dataset directory."""
-    from vlmdata.ingest.shard import ShardConfig, shard_dataset
+    from vlmdata.ingest import ShardConfig, shard_dataset
 
     raw = generate_corpus(tmp / "raw", samples=samples, seed=seed)
     manifest = shard_dataset(ShardConfig(inputs=[str(raw / "data.jsonl")], output=str(tmp / "ds"),

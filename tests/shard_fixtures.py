@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vlmdata.formats.manifest import Manifest
+from vlmdata.formats import Manifest
 from vlmdata.ingest import ShardConfig, shard_dataset
-from vlmdata.tokenizer import ByteTokenizer, encode_conversation
+from vlmdata.text import ByteTokenizer, encode_conversation
 
 # what gen_raw.py calls each corruption -> the reason vlmdata counts it under
 GEN_RAW_REASONS = {"truncated": "truncated_image", "empty": "empty_file", "missing": "missing_file",

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 from cache_fixtures import daemon_process, make_shards, wait_for
 
-from vlmdata.cache import BadKeyError, CacheConfig, RetryPolicy, ShardRef
-from vlmdata.cache.client import DaemonClient
-from vlmdata.cache.daemon import CacheDaemon, DaemonOptions
-from vlmdata.cache.protocol import connect, recv_msg, send_msg
+from vlmdata.cache import CacheConfig, RetryPolicy, ShardRef
+from vlmdata.cache.daemon import CacheDaemon, DaemonClient, DaemonOptions, connect, recv_msg, send_msg
+from vlmdata.errors import BadKeyError
 
 FAST_RETRY = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002)
 
@@ -231,7 +230,7 @@ def test_absent_daemon_falls_back_to_direct_fetching(tmp_path):
 
 
 def test_remote_failure_through_daemon_is_a_fetch_error(daemon, tmp_path):
-    from vlmdata.cache import FetchError
+    from vlmdata.errors import FetchError
 
     refs = make_shards(tmp_path / "src", 1)
     c = _client(daemon.opts.socket_path)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from dataset_fixtures import make_samples, write_dataset
 
-from vlmdata import VLMDataset, make_loader
 from vlmdata.cache import CacheConfig, RetryPolicy
 from vlmdata.cache.daemon import CacheDaemon, DaemonOptions
-from vlmdata.formats.manifest import Manifest
+from vlmdata.formats import Manifest
+from vlmdata.loading import VLMDataset, make_loader
 
 FAST_RETRY = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002)
 

@@ -7,10 +7,17 @@ from pathlib import Path
 
 from cache_fixtures import make_shards, wait_for
 
-from vlmdata.cache import CacheConfig, DirectFetcher, RetryPolicy
-from vlmdata.cache.plan import AccessPlan, PlanBook, choose_victims
-from vlmdata.cache.tiered import ShardCache, TieredFetcher
-from vlmdata.cache.trace import simulate, window_shuffle_trace
+from vlmdata.cache import (
+    AccessPlan,
+    CacheConfig,
+    DirectFetcher,
+    PlanBook,
+    RetryPolicy,
+    ShardCache,
+    TieredFetcher,
+    choose_victims,
+)
+from vlmdata.testing import simulate, window_shuffle_trace
 
 FAST_RETRY = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002)
 

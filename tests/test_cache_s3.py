@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 from cache_fixtures import moto_s3, upload_shards
 
-from vlmdata.cache import CacheConfig, FetchError, RetryPolicy, ShardRef
-from vlmdata.cache.client import DaemonClient
-from vlmdata.cache.daemon import CacheDaemon, DaemonOptions
-from vlmdata.cache.tiered import ShardCache
+from vlmdata.cache import CacheConfig, RetryPolicy, ShardCache, ShardRef
+from vlmdata.cache.daemon import CacheDaemon, DaemonClient, DaemonOptions
+from vlmdata.errors import FetchError
 
 FAST_RETRY = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02)
 

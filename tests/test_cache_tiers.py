@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from cache_fixtures import REPO, make_shards, wait_for
 
-from vlmdata.cache import BadKeyError, CacheConfig, DirectFetcher, FetchError, RetryPolicy, ShardRef
-from vlmdata.cache.tiered import ShardCache
+from vlmdata.cache import CacheConfig, DirectFetcher, RetryPolicy, ShardCache, ShardRef
+from vlmdata.errors import BadKeyError, FetchError
 
 FAST_RETRY = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002)
 
@@ -96,7 +96,7 @@ def test_truncated_disk_entry_is_never_served(tmp_path):
 
 WRITER = r"""
 import sys, zlib
-from vlmdata.cache.tiers import DiskTier
+from vlmdata.cache import DiskTier
 tier = DiskTier(sys.argv[1], 1 << 30)
 def fill(f):
     crc, n = 0, 0
@@ -183,7 +183,7 @@ def test_bad_keys_rejected(tmp_path, key):
 
 
 def test_bad_url_derived_keys_rejected_and_good_ones_hashed(tmp_path):
-    from vlmdata.cache.keys import entry_name, key_for
+    from vlmdata.cache import entry_name, key_for
 
     with pytest.raises(BadKeyError):
         key_for(ShardRef(url="s3://bucket/a/../../b.tar"))
@@ -208,7 +208,8 @@ def test_remote_failures_surface_as_fetch_error(tmp_path):
 
 
 def test_second_process_cannot_share_a_cache_dir(tmp_path):
-    from vlmdata.cache.tiers import CacheDirBusy, DiskTier
+    from vlmdata.cache import DiskTier
+    from vlmdata.errors import CacheDirBusy
 
     a = DiskTier(str(tmp_path / "d"), 100)
     with pytest.raises(CacheDirBusy):

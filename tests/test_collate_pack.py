@@ -2,11 +2,10 @@
 import numpy as np
 import pytest
 
-from vlmdata.collate import IGNORE, CollateConfig, collate_bucket, collate_pack, prepare_sample
-from vlmdata.decode.patches import flatten_patches, pack_patches, unflatten_patches
-from vlmdata.decode.policy import DynamicPolicy, FixedPolicy
+from vlmdata.decode import DynamicPolicy, FixedPolicy, flatten_patches, pack_patches, unflatten_patches
+from vlmdata.loading import IGNORE, CollateConfig, collate_bucket, collate_pack, prepare_sample
 from vlmdata.metrics import StatsDelta
-from vlmdata.tokenizer import ByteTokenizer, encode_conversation
+from vlmdata.text import ByteTokenizer, encode_conversation
 
 TOK = ByteTokenizer()
 IMG = TOK.special.image

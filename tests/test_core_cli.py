@@ -2,8 +2,7 @@ import json
 
 import pytest
 
-from vlmdata.cli import main
-from vlmdata.commands.options import parse_storage_options
+from vlmdata.cli import main, parse_storage_options
 
 
 def test_storage_options_inline_file_and_errors(tmp_path):

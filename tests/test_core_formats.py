@@ -6,12 +6,22 @@ import zlib
 import numpy as np
 import pytest
 
-from vlmdata.cache.fetch import CorruptShardError, DirectFetcher, FetchError, RetryPolicy, ShardRef
-from vlmdata.formats.index import IndexBuilder, SampleIndex, concat_planning_columns
-from vlmdata.formats.manifest import Manifest, ShardInfo
-from vlmdata.formats.sample import EncodedImage, read_sample, safe_key, text_decoder_for, write_sample
-from vlmdata.formats.tario import TarShardWriter
-from vlmdata.tokenizer import ByteTokenizer, encode_conversation
+from vlmdata.cache import DirectFetcher, RetryPolicy, ShardRef
+from vlmdata.errors import CorruptShardError, FetchError
+from vlmdata.formats import (
+    EncodedImage,
+    IndexBuilder,
+    Manifest,
+    SampleIndex,
+    ShardInfo,
+    TarShardWriter,
+    concat_planning_columns,
+    read_sample,
+    safe_key,
+    text_decoder_for,
+    write_sample,
+)
+from vlmdata.text import ByteTokenizer, encode_conversation
 
 
 def _write_shard(samples):
@@ -115,7 +125,7 @@ def test_direct_fetcher_verifies_and_reports(tmp_path):
 
 
 def test_token_member_fast_path_matches_np_load():
-    from vlmdata.formats.sample import tokens_from_npy, tokens_to_npy
+    from vlmdata.formats import tokens_from_npy, tokens_to_npy
 
     for n in (0, 1, 7, 4096):
         arr = np.arange(2 * n, dtype=np.int32).reshape(2, n)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from vlmdata.decode.policy import DynamicPolicy, FixedPolicy, make_policy
+from vlmdata.decode import DynamicPolicy, FixedPolicy, make_policy
 
 
 def test_fixed_policy_tokens():

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from vlmdata.tokenizer import ByteTokenizer, encode_conversation
+from vlmdata.text import ByteTokenizer, encode_conversation
 
 
 def test_byte_tokenizer_round_trip_utf8():

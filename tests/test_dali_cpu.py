@@ -8,9 +8,8 @@ import pytest
 import torch
 from decode_fixtures import NOT_AN_IMAGE, corpus_images, truncated
 
-from vlmdata.decode.dali import DaliCpuDecoder
-from vlmdata.decode.dali_pipeline import DaliConfig, DaliRunner, looks_like_image
-from vlmdata.decode.policy import DynamicPolicy, FixedPolicy
+from vlmdata.decode import DynamicPolicy, FixedPolicy
+from vlmdata.decode.dali import DaliConfig, DaliCpuDecoder, DaliRunner, looks_like_image
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +122,7 @@ def test_dataloader_workers_build_their_own_pipeline(images):
 
 def test_mixed_pipeline_graph_is_valid_without_a_gpu():
     """Defining the GPU ("mixed") graph checks operator placement (e.g. CPU-only argument inputs)."""
-    from vlmdata.decode.dali_pipeline import Normalization, define_pipeline
+    from vlmdata.decode.dali import Normalization, define_pipeline
 
     for norm in (None, Normalization(), Normalization(dtype="float16")):
         pipe = define_pipeline(DaliConfig(device="mixed", device_id=0, normalize=norm))

@@ -8,13 +8,10 @@ import pytest
 import torch
 from decode_fixtures import shard_corpus, truncated
 
-from vlmdata import VLMDataset
-from vlmdata.dataset import DatasetOptions
-from vlmdata.decode.dali_gpu import DaliGpuStage, GpuStageOptions, image_owners, patchify
-from vlmdata.decode.dali_pipeline import Normalization
-from vlmdata.decode.patches import flatten_patches
-from vlmdata.decode.policy import DynamicPolicy, FixedPolicy
-from vlmdata.tokenizer import ByteTokenizer
+from vlmdata.decode import DynamicPolicy, FixedPolicy, flatten_patches
+from vlmdata.decode.dali import DaliGpuStage, GpuStageOptions, Normalization, image_owners, patchify
+from vlmdata.loading import DatasetOptions, VLMDataset
+from vlmdata.text import ByteTokenizer
 
 POLICIES = {"fixed": FixedPolicy(112), "dynamic": DynamicPolicy(patch=14, merge=2, max_pixels=224 * 224)}
 NORM = Normalization()

@@ -20,8 +20,7 @@ from metrics_fixtures import build_sharded_corpus, chromium, moto_s3, parse_dom,
 from PIL import Image
 
 from vlmdata.dashboard import CHARTS, Dashboard, DashboardConfig
-from vlmdata.metrics import MetricSet
-from vlmdata.metrics_server import MetricsServer, instrument
+from vlmdata.metrics import MetricSet, MetricsServer, instrument
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts"
@@ -78,9 +77,9 @@ def has_values(data: dict, chart_id: str, n: int, nonzero: bool = True) -> bool:
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_dashboard_shows_live_pipeline_in_chromium(tmp_path):
-    from vlmdata import DatasetOptions, VLMDataset, make_loader
     from vlmdata.cache import CacheConfig
     from vlmdata.cache.daemon import CacheDaemon, DaemonOptions
+    from vlmdata.loading import DatasetOptions, VLMDataset, make_loader
 
     corpus = build_sharded_corpus(tmp_path, samples=60, per_shard=10)
     with moto_s3() as s3:

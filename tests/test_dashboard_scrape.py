@@ -8,10 +8,16 @@ import pytest
 from prometheus_client import generate_latest
 
 from vlmdata.cli import build_parser
-from vlmdata.dashboard import CHARTS, Dashboard, DashboardConfig
-from vlmdata.dashboard.scrape import RateTracker, chart_values, normalize_target, parse_counters
-from vlmdata.metrics import MetricSet, StatsDelta
-from vlmdata.metrics_server import MetricsServer
+from vlmdata.dashboard import (
+    CHARTS,
+    Dashboard,
+    DashboardConfig,
+    RateTracker,
+    chart_values,
+    normalize_target,
+    parse_counters,
+)
+from vlmdata.metrics import MetricSet, MetricsServer, StatsDelta
 
 CHART = {c.id: c for c in CHARTS}
 
@@ -95,8 +101,8 @@ def test_dashboard_serves_page_assets_and_data():
 
 def test_cli_parses_targets_and_rejects_bad_config():
     args = build_parser().parse_args(["dashboard", "--targets", "a:1,b:2", "--targets", "c:3", "--port", "0"])
-    from vlmdata.commands.dashboard import _targets
-    assert _targets(args.targets) == ["a:1", "b:2", "c:3"] and args.port == 0 and args.host == "127.0.0.1"
+    from vlmdata.cli import parse_targets
+    assert parse_targets(args.targets) == ["a:1", "b:2", "c:3"] and args.port == 0 and args.host == "127.0.0.1"
     with pytest.raises(ValueError, match="interval"):
         Dashboard(DashboardConfig(["a:1"], port=0, interval=0))
     with pytest.raises(ValueError, match="no scrape targets"):
@@ -110,7 +116,7 @@ def test_dashboard_command_end_to_end():
     ms = MetricSet()
     ms.absorb(StatsDelta(images=1), rank=0)
     with MetricsServer(ms) as server:
-        proc = subprocess.Popen([sys.executable, "-m", "vlmdata.cli", "dashboard", "--targets", server.url,
+        proc = subprocess.Popen([sys.executable, "-m", "vlmdata", "dashboard", "--targets", server.url,
                                  "--port", "0", "--interval", "0.2"], stdout=subprocess.PIPE, text=True)
         try:
             line = proc.stdout.readline()

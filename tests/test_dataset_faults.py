@@ -5,8 +5,8 @@ import shutil
 import pytest
 from dataset_fixtures import make_samples, write_dataset
 
-from vlmdata import DatasetOptions, VLMDataset, make_loader
-from vlmdata.cache.fetch import RetryPolicy
+from vlmdata.cache import RetryPolicy
+from vlmdata.loading import DatasetOptions, VLMDataset, make_loader
 
 OPTS = DatasetOptions(window_shards=2, retry=RetryPolicy(attempts=2, base_delay=0.01, seed=0))
 

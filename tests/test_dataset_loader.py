@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 from dataset_fixtures import TOK, expected_sample, make_samples, write_dataset
 
-from vlmdata import DatasetOptions, DynamicPolicy, FixedPolicy, VLMDataset, make_loader
+from vlmdata.decode import DynamicPolicy, FixedPolicy
+from vlmdata.loading import DatasetOptions, VLMDataset, make_loader
 
 MAX_TOKENS, MAX_IMAGES = 512, 6
 
@@ -184,7 +185,7 @@ def test_memmap_dataset_needs_no_decode(tmp_path):
 
 class RecordingFetcher:
     def __init__(self):
-        from vlmdata.cache.fetch import DirectFetcher
+        from vlmdata.cache import DirectFetcher
 
         self.inner = DirectFetcher()
         self.plans, self.gets = [], []
@@ -224,7 +225,7 @@ def test_fetcher_is_told_the_future_in_order(corpus):
 
 
 def test_announced_reads_match_each_workers_packs(corpus):
-    from vlmdata.plan.assign import rank_packs
+    from vlmdata.plan import rank_packs
 
     root, _ = corpus
     for rank in (0, 1):

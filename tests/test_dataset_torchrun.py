@@ -10,7 +10,7 @@ from dataset_fixtures import make_samples, write_dataset
 SCRIPT = r'''
 import json, os, sys
 import torch.distributed as dist
-from vlmdata import DatasetOptions, VLMDataset, make_loader
+from vlmdata.loading import DatasetOptions, VLMDataset, make_loader
 dist.init_process_group("gloo")
 ds = VLMDataset(sys.argv[1], max_tokens=512, max_images=6, image_size=56,
                 options=DatasetOptions(window_shards=2))

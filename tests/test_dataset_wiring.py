@@ -11,14 +11,13 @@ import numpy as np
 import pytest
 from dataset_fixtures import make_samples, write_dataset
 
-import vlmdata.source as source_mod
-from vlmdata import DatasetOptions, VLMDataset, make_loader
-from vlmdata.cache import CacheConfig
-from vlmdata.cache.client import DaemonClient
-from vlmdata.cache.fetch import RetryPolicy
-from vlmdata.decode.dali_gpu import image_owners
+import vlmdata.loading.shard_source as source_mod
+from vlmdata.cache import CacheConfig, RetryPolicy
+from vlmdata.cache.daemon import DaemonClient
+from vlmdata.decode.dali import image_owners
+from vlmdata.loading import DatasetOptions, VLMDataset, make_loader
 from vlmdata.metrics import MetricSet
-from vlmdata.tune_types import LoaderSettings, WorkerThreads
+from vlmdata.tune import LoaderSettings, WorkerThreads
 
 FAST_RETRY = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002)
 
@@ -125,10 +124,10 @@ def _user_init(path, worker_id):
 
 
 def test_make_loader_auto_chains_user_worker_init_and_applies_threads(corpus, tmp_path, monkeypatch):
-    import vlmdata.tune as tune
+    import vlmdata.loading.loader as loader_module  # where make_loader looks the tuner up
 
     root, samples = corpus
-    monkeypatch.setattr(tune, "auto_loader_settings", lambda ds: LoaderSettings(num_workers=2, decode_threads=3))
+    monkeypatch.setattr(loader_module, "auto_loader_settings", lambda ds: LoaderSettings(num_workers=2, decode_threads=3))
     ds = dataset(root)
     user = functools.partial(_user_init, str(tmp_path))
     loader = make_loader(ds, num_workers="auto", worker_init_fn=user)
@@ -138,7 +137,7 @@ def test_make_loader_auto_chains_user_worker_init_and_applies_threads(corpus, tm
     assert sorted(os.listdir(tmp_path)) == ["w0", "w1"]
     assert all((tmp_path / n).read_text() == "3" for n in ("w0", "w1"))
 
-    monkeypatch.setattr(tune, "auto_loader_settings", lambda ds: LoaderSettings(num_workers=0, decode_threads=2))
+    monkeypatch.setattr(loader_module, "auto_loader_settings", lambda ds: LoaderSettings(num_workers=0, decode_threads=2))
     ds0 = dataset(root)
     loader = make_loader(ds0, num_workers="auto")
     assert loader.num_workers == 0 and ds0._decode_threads == 2

@@ -14,10 +14,8 @@ import numpy as np
 import pytest
 from decode_fixtures import corpus_images, diff_stats
 
+from vlmdata.decode import DynamicPolicy, FixedPolicy, PillowDecoder, pack_patches
 from vlmdata.decode.dali import DaliCpuDecoder
-from vlmdata.decode.patches import pack_patches
-from vlmdata.decode.pillow import PillowDecoder
-from vlmdata.decode.policy import DynamicPolicy, FixedPolicy
 
 POLICIES = {"fixed336": FixedPolicy(336), "dynamic": DynamicPolicy()}
 

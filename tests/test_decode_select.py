@@ -5,11 +5,9 @@ import json
 
 import pytest
 
-from vlmdata.decode import select
+import vlmdata.decode.choose as select
+from vlmdata.decode import FixedPolicy, PillowDecoder, TurboDecoder
 from vlmdata.decode.dali import DaliCpuDecoder
-from vlmdata.decode.pillow import PillowDecoder
-from vlmdata.decode.policy import FixedPolicy
-from vlmdata.decode.turbo import TurboDecoder
 
 
 @pytest.fixture(autouse=True)

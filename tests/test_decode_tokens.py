@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from decode_fixtures import shard_corpus
 
+from vlmdata.decode import DynamicPolicy
 from vlmdata.decode.dali import DaliCpuDecoder
-from vlmdata.decode.policy import DynamicPolicy
-from vlmdata.formats.sample import read_sample
-from vlmdata.source import open_source
+from vlmdata.formats import read_sample
+from vlmdata.loading import open_source
 
 POLICY = DynamicPolicy(patch=14, merge=2, min_pixels=56 * 56, max_pixels=448 * 448)
 
@@ -52,7 +52,7 @@ def test_every_image_decodes_to_the_planned_token_count(dataset):
 
 
 def test_packs_hold_the_planned_image_tokens(dataset):
-    from vlmdata import VLMDataset
+    from vlmdata.loading import VLMDataset
 
     ds = VLMDataset(str(dataset), seed=0, max_tokens=4096, max_images=16, image_size=POLICY,
                     rank=0, world_size=1, decoder="dali")

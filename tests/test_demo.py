@@ -8,7 +8,7 @@ import sys
 import pytest
 from train_fixtures import REPO
 
-from pipelines.demo import daemon_available
+from pipelines.demo import DemoResult, report
 
 
 def _figure(text: str, label: str) -> float:
@@ -19,7 +19,7 @@ def _figure(text: str, label: str) -> float:
 
 @pytest.mark.slow
 def test_demo_small_run(tmp_path):
-    cmd = [sys.executable, "-m", "vlmdata.cli", "demo", "--workdir", str(tmp_path), "--samples", "60",
+    cmd = [sys.executable, "-m", "vlmdata", "demo", "--workdir", str(tmp_path), "--samples", "60",
            "--steps", "8", "--corpus", "builtin", "--model", "tiny", "--image-size", "28", "--max-tokens", "512"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=400,
                           env=dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1"))
@@ -39,19 +39,20 @@ def test_demo_small_run(tmp_path):
     results = [json.load(open(tmp_path / "train" / f"result.rank{r}.json")) for r in (0, 1)]
     assert results[0]["checksum"] == results[1]["checksum"]
     assert sum(r["loader_stats"]["samples"] for r in results) > 0
-    if daemon_available():
-        # the shards were read through the node's cache daemon: its SSD tier holds every one of them
-        assert "through the cache daemon" in out
-        manifest = json.load(open(tmp_path / "dataset" / "manifest.json"))
-        cached = [f for f in os.listdir(tmp_path / "cache") if f.endswith(".data")]
-        assert len(cached) == len(manifest["shards"]) > 0
-        # every shard read went through the daemon and is counted in the hit rate (the daemon prefetches
-        # the announced shards, so even first reads may hit its disk tier)
-        m = re.search(r"cache hit rate\s+([\d.]+) %\s+of (\d+) shard reads", out)
-        assert m, out
-        assert 0 <= float(m.group(1)) <= 100 and int(m.group(2)) >= len(manifest["shards"])
-    else:
-        assert "cache daemon       not used" in out
+    # the shards were read through the node's cache daemon (the default): its SSD tier holds every one of them
+    assert "through the cache daemon" in out
+    manifest = json.load(open(tmp_path / "dataset" / "manifest.json"))
+    cached = [f for f in os.listdir(tmp_path / "cache") if f.endswith(".data")]
+    assert len(cached) == len(manifest["shards"]) > 0
+    # every shard read went through the daemon and is counted in the hit rate (the daemon prefetches
+    # the announced shards, so even first reads may hit its disk tier)
+    m = re.search(r"cache hit rate\s+([\d.]+) %\s+of (\d+) shard reads", out)
+    assert m, out
+    assert 0 <= float(m.group(1)) <= 100 and int(m.group(2)) >= len(manifest["shards"])
+    # the same ranks' results reported for a run without the daemon say so
+    without = report(DemoResult(corpus="gen_raw", daemon=None, ranks=results, shard_seconds=1.0,
+                                train_seconds=1.0, max_tokens=1024))
+    assert "cache daemon       not used" in without
 
 
 def test_demo_command_is_registered():

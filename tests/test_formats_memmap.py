@@ -9,9 +9,8 @@ import pytest
 from PIL import Image
 from shard_fixtures import expected_tokens, read_jsonl, shard
 
-from vlmdata.formats.index import SampleIndex
-from vlmdata.formats.memmap import MAGIC, TRAILER, MemmapShard
-from vlmdata.ingest.images import decode_resized
+from vlmdata.formats import MAGIC, TRAILER, MemmapShard, SampleIndex
+from vlmdata.ingest import decode_resized
 
 S = 48
 
@@ -54,7 +53,7 @@ def test_memmap_round_trip(memmap_ds):
 
 
 def test_memmap_inspect(memmap_ds):
-    from vlmdata.ingest.inspect import inspect_dataset
+    from vlmdata.ingest import inspect_dataset
 
     corpus, out, m = memmap_ds
     text = inspect_dataset(str(out), samples=2)

@@ -11,14 +11,18 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vlmdata.formats.dali_index import parse_index
-from vlmdata.formats.index import SampleIndex
-from vlmdata.formats.manifest import Manifest
-from vlmdata.formats.sample import read_sample, text_decoder_for
-from vlmdata.formats.wds_index import CountingReader, scan_tar
-from vlmdata.ingest import ConfigError
-from vlmdata.ingest.index_existing import IndexConfig, index_dataset
-from vlmdata.tokenizer import ByteTokenizer, encode_conversation
+from vlmdata.errors import ConfigError
+from vlmdata.formats import (
+    CountingReader,
+    Manifest,
+    SampleIndex,
+    parse_index,
+    read_sample,
+    scan_tar,
+    text_decoder_for,
+)
+from vlmdata.ingest import IndexConfig, index_dataset
+from vlmdata.text import ByteTokenizer, encode_conversation
 
 
 def _img(i: int, fmt: str) -> bytes:
@@ -95,7 +99,7 @@ def test_index_webdataset_shards(tmp_path, gz):
     assert sorted(p.name for p in root.iterdir() if p.suffix in (".tar", ".gz")) == names  # tars untouched
     planning = np.load(root / "planning.npz")
     assert len(planning["text_tokens"]) == 28
-    from vlmdata.ingest.inspect import inspect_dataset
+    from vlmdata.ingest import inspect_dataset
 
     text = inspect_dataset(str(root), samples=1)
     assert "samples 28, images 28" in text and "[assistant] caption number 0" in text
@@ -104,7 +108,7 @@ def test_index_webdataset_shards(tmp_path, gz):
 def test_index_json_captions_and_cli(tmp_path):
     root = tmp_path / "wdsjson"
     write_shards(root, "part-%04d.tar", text="json")  # sample 11 has its caption in .json: indexed too
-    r = subprocess.run([sys.executable, "-m", "vlmdata.cli", "index", str(root), "--workers", "1"],
+    r = subprocess.run([sys.executable, "-m", "vlmdata", "index", str(root), "--workers", "1"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("indexed 3 shards") and "text from .json" in r.stdout

@@ -7,9 +7,7 @@ import zlib
 
 import pytest
 
-from vlmdata.formats.dali_index import Member, format_index, parse_index, split_name
-from vlmdata.formats.tario import TarShardWriter
-from vlmdata.formats.writer import CrcFile
+from vlmdata.formats import CrcFile, Member, TarShardWriter, format_index, parse_index, split_name
 
 NAMES = ["a.json", "x" * 99 + "j", "x" * 94 + ".0.jpg", "dir/ü_é.txt", "d" * 60 + "/" + "k" * 70 + ".json",
          "s.tok.npy"]

@@ -9,9 +9,8 @@ import pytest
 from conftest import generate_corpus
 from shard_fixtures import read_jsonl, shard, wds_samples
 
-from vlmdata.ingest import ConfigError
-from vlmdata.ingest.readers import INPUT_FORMAT_ALIASES, INPUT_FORMATS, resolve_input
-from vlmdata.ingest.shard import EmptyDatasetError
+from vlmdata.errors import ConfigError, EmptyDatasetError
+from vlmdata.ingest import INPUT_FORMAT_ALIASES, INPUT_FORMATS, resolve_input
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +87,7 @@ def test_all_rows_skipped_names_the_columns(tmp_path):
 
 
 def test_cli_exit_2_on_empty_run_and_accepts_llava(raw, tmp_path):
-    cmd = [sys.executable, "-m", "vlmdata.cli", "shard", str(raw), "--workers", "0"]
+    cmd = [sys.executable, "-m", "vlmdata", "shard", str(raw), "--workers", "0"]
     r = subprocess.run([*cmd, "-o", str(tmp_path / "a"), "--input-format", "folder"], capture_output=True, text=True)
     assert r.returncode == 2 and "error: all " in r.stderr and "missing_text" in r.stderr
     r = subprocess.run([*cmd, "-o", str(tmp_path / "b"), "--input-format", "llava"], capture_output=True, text=True)

@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 from shard_fixtures import shard, wds_samples
 
-from vlmdata.ingest import ConfigError
-from vlmdata.ingest.readers import detect_format, iter_json_array
+from vlmdata.errors import ConfigError
+from vlmdata.ingest import detect_format, iter_json_array
 
 
 def jpeg(w=40, h=30, color=(200, 10, 10)) -> bytes:
@@ -154,7 +154,7 @@ def test_resize_and_shard_byte_limit(tmp_path):
     assert len(m.shards) > 1 and all(s.name.startswith("shard-000000-") for s in m.shards)
     assert all(s.bytes <= 100_000 or s.samples == 1 for s in m.shards)
     got = wds_samples(tmp_path / "out")
-    from vlmdata.formats.index import SampleIndex
+    from vlmdata.formats import SampleIndex
 
     index = SampleIndex.load(str(tmp_path / "out" / m.shards[0].index))
     for i, key in enumerate(index.keys()):
@@ -198,7 +198,7 @@ def test_config_errors_input_output(tmp_path, images):
         shard(tmp_path / "d.jsonl", tmp_path / "out")
     with pytest.raises(ConfigError, match="different settings"):
         shard(tmp_path / "d.jsonl", tmp_path / "out", resume=True, max_samples_per_shard=7)
-    r = subprocess.run([sys.executable, "-m", "vlmdata.cli", "shard", str(tmp_path / "d.jsonl"), "-o",
+    r = subprocess.run([sys.executable, "-m", "vlmdata", "shard", str(tmp_path / "d.jsonl"), "-o",
                         str(tmp_path / "out2"), "--format", "zip"], capture_output=True, text=True)
     assert r.returncode == 2 and "error: unknown output format 'zip'" in r.stderr
 

@@ -7,7 +7,8 @@ import struct
 import pytest
 from PIL import Image
 
-from vlmdata.ingest.images import ImageOptions, ImageProblem, check_image, header_size, prepare_image, sniff
+from vlmdata.errors import ImageProblem
+from vlmdata.ingest import ImageOptions, check_image, header_size, prepare_image, sniff
 
 FORMATS = [("JPEG", "jpg"), ("PNG", "png"), ("GIF", "gif"), ("WEBP", "webp"), ("BMP", "bmp"), ("TIFF", "tiff")]
 
@@ -97,9 +98,8 @@ def test_exif_orientation_index_sizes_equal_decoded_sizes(tmp_path):
     import numpy as np
     from shard_fixtures import shard
 
-    from vlmdata.decode.pillow import PillowDecoder
-    from vlmdata.decode.policy import DynamicPolicy
-    from vlmdata.formats.index import SampleIndex
+    from vlmdata.decode import DynamicPolicy, PillowDecoder
+    from vlmdata.formats import SampleIndex
 
     data = _oriented_jpeg()
     assert Image.open(io.BytesIO(data)).getexif()[0x0112] == 6

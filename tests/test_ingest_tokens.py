@@ -6,8 +6,8 @@ import io
 import numpy as np
 import pytest
 
-from vlmdata.formats.sample import tokens_from_npy, tokens_to_npy
-from vlmdata.tokenizer import IMAGE_MARKER, ByteTokenizer, encode_conversation, load_tokenizer
+from vlmdata.formats import tokens_from_npy, tokens_to_npy
+from vlmdata.text import IMAGE_MARKER, ByteTokenizer, encode_conversation, load_tokenizer
 
 
 def reference_encode(tok, turns, n_images):

@@ -7,8 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from vlmdata.metrics import MetricSet, StatsDelta, exported_series, take_fetch_stats
-from vlmdata.metrics_server import LoaderMetrics, instrument
+from vlmdata.metrics import (
+    LoaderMetrics,
+    MetricSet,
+    StatsDelta,
+    exported_series,
+    instrument,
+    take_fetch_stats,
+)
 
 
 def value(ms: MetricSet, name: str, **labels) -> float | None:

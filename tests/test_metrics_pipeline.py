@@ -18,11 +18,9 @@ import numpy as np
 import pytest
 from metrics_fixtures import build_sharded_corpus, planned_real_tokens
 
-from vlmdata.decode.policy import make_policy
-from vlmdata.formats.index import SampleIndex
-from vlmdata.formats.manifest import Manifest
-from vlmdata.metrics import MetricSet
-from vlmdata.metrics_server import instrument
+from vlmdata.decode import make_policy
+from vlmdata.formats import Manifest, SampleIndex
+from vlmdata.metrics import MetricSet, instrument
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
@@ -46,7 +44,7 @@ def sample_lengths(root: Path) -> np.ndarray:
 
 def run_epochs(root: Path, metrics: MetricSet, max_tokens: int, epochs: int = 2, workers: int = 3) -> dict:
     """Consume `epochs` epochs through 3 DataLoader workers; return what the consumer saw."""
-    from vlmdata import VLMDataset, make_loader
+    from vlmdata.loading import VLMDataset, make_loader
 
     ds = VLMDataset(str(root), seed=0, max_tokens=max_tokens, image_size=IMAGE_SIZE, rank=0, world_size=1,
                     decoder="pillow")

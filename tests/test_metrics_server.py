@@ -9,8 +9,7 @@ from collections import Counter
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from vlmdata.metrics import MetricSet, StatsDelta
-from vlmdata.metrics_server import MetricsServer, serve_metrics
+from vlmdata.metrics import MetricSet, MetricsServer, StatsDelta, serve_metrics
 
 
 def scrape(url: str) -> dict:

@@ -11,8 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from vlmdata.metrics import MetricSet, StatsDelta
-from vlmdata.metrics_server import instrument
+from vlmdata.metrics import MetricSet, StatsDelta, instrument
 
 N_ITEMS = 37
 

@@ -89,7 +89,7 @@ def test_pack_without_images_touches_every_parameter():
 @pytest.mark.parametrize("merge", [1, 2])
 def test_dynamic_patch_layout_matches_fixed_pixels(merge):
     """The same images given as vlmdata's flattened patches (decode.patches) or as [n,3,S,S] give the same loss."""
-    from vlmdata.decode.patches import pack_patches
+    from vlmdata.decode import pack_patches
 
     torch.manual_seed(0)
     cfg = VLMConfig.tiny(merge=merge)

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vlmdata.decode.pillow import PillowDecoder
-from vlmdata.decode.policy import DynamicPolicy, FixedPolicy
+from vlmdata.decode import DynamicPolicy, FixedPolicy, PillowDecoder
 
 
 def encode(arr, fmt="JPEG", mode=None):

@@ -5,9 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vlmdata.decode.pillow import PillowDecoder
-from vlmdata.decode.policy import DynamicPolicy, FixedPolicy
-from vlmdata.decode.turbo import TurboDecoder, scale_for
+from vlmdata.decode import DynamicPolicy, FixedPolicy, PillowDecoder, TurboDecoder, scale_for
 
 
 def scene(w, h):

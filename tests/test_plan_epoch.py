@@ -4,9 +4,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from vlmdata.decode.policy import DynamicPolicy, FixedPolicy
-from vlmdata.plan.assign import rank_packs, split_tail
-from vlmdata.plan.plan import Corpus, EpochPlanner, PlanOptions
+from vlmdata.decode import DynamicPolicy, FixedPolicy
+from vlmdata.plan import Corpus, EpochPlanner, PlanOptions, rank_packs, split_tail
 
 
 def synthetic_columns(n_shards=30, seed=0, per_shard=(20, 60), max_images=4, long_frac=0.0):

@@ -3,8 +3,7 @@ import numpy as np
 import pytest
 from dataset_fixtures import gen_raw_lengths
 
-from vlmdata.plan.bucketing import bucket, padded_ratio
-from vlmdata.plan.packing import best_fit_decreasing, fill_ratio, next_fit, pack
+from vlmdata.plan import best_fit_decreasing, bucket, fill_ratio, next_fit, pack, padded_ratio
 
 
 def check_packs(order, bounds, lengths, images, max_tokens, max_images):

@@ -10,11 +10,8 @@ import numpy as np
 import pytest
 from shard_fixtures import GEN_RAW_REASONS, expected_tokens, load_npy, read_jsonl, shard, wds_samples
 
-from vlmdata.formats.dali_index import parse_index
-from vlmdata.formats.index import SampleIndex
-from vlmdata.formats.manifest import Manifest
-from vlmdata.formats.sample import read_sample
-from vlmdata.ingest.inspect import inspect_dataset
+from vlmdata.formats import Manifest, SampleIndex, parse_index, read_sample
+from vlmdata.ingest import inspect_dataset
 
 
 @pytest.fixture(scope="module")
@@ -130,12 +127,12 @@ def test_inspect_reports_counts_and_reasons(sharded):
 
 def test_cli_shard_and_inspect(corrupt_llava_corpus, tmp_path):
     out = tmp_path / "cli"
-    r = subprocess.run([sys.executable, "-m", "vlmdata.cli", "shard", str(corrupt_llava_corpus / "data.jsonl"),
+    r = subprocess.run([sys.executable, "-m", "vlmdata", "shard", str(corrupt_llava_corpus / "data.jsonl"),
                         "-o", str(out), "--workers", "1", "--max-samples-per-shard", "100"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     line = r.stdout.strip().splitlines()[-1]
     m = Manifest.load(str(out))
     assert line.startswith(f"sharded 150 rows -> {m.num_samples} samples") and "2 shards" in line
-    r = subprocess.run([sys.executable, "-m", "vlmdata.cli", "inspect", str(out)], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "vlmdata", "inspect", str(out)], capture_output=True, text=True)
     assert r.returncode == 0 and "skipped samples by reason" in r.stdout

@@ -52,7 +52,7 @@ def test_cli_bar_moves_within_jobs_on_a_tty(small_llava_corpus, tmp_path):
 
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # tqdm needs a width
-    cmd = [sys.executable, "-m", "vlmdata.cli", "shard", str(small_llava_corpus / "data.jsonl"), "-o",
+    cmd = [sys.executable, "-m", "vlmdata", "shard", str(small_llava_corpus / "data.jsonl"), "-o",
            str(tmp_path / "out"), "--workers", "2", "--max-samples-per-shard", "60", "--progress-interval", "0"]
     env = {**os.environ, "TQDM_MININTERVAL": "0", "TQDM_MINITERS": "1"}  # draw every update
     proc = subprocess.Popen(cmd, stderr=slave, stdout=subprocess.PIPE, env=env)

@@ -12,7 +12,7 @@ import time
 
 from shard_fixtures import read_jsonl, shard, tar_tree
 
-from vlmdata.formats.manifest import Manifest
+from vlmdata.formats import Manifest
 
 
 def _wait_for(cond, timeout: float = 120.0) -> None:
@@ -31,7 +31,7 @@ def test_killed_run_resumes_to_identical_output(corrupt_llava_corpus, tmp_path):
     data = tmp_path / "data.jsonl"
     os.mkfifo(data)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "vlmdata.cli", "shard", str(data), "-o", str(out), "--workers", "1",
+    cmd = [sys.executable, "-m", "vlmdata", "shard", str(data), "-o", str(out), "--workers", "1",
            "--max-samples-per-shard", "10"]
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 

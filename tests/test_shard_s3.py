@@ -7,10 +7,8 @@ import numpy as np
 from shard_fixtures import expected_tokens, moto_s3, read_jsonl, shard
 
 from vlmdata import fsutil
-from vlmdata.formats.index import SampleIndex
-from vlmdata.formats.manifest import Manifest
-from vlmdata.formats.sample import read_sample
-from vlmdata.ingest.inspect import inspect_dataset
+from vlmdata.formats import Manifest, SampleIndex, read_sample
+from vlmdata.ingest import inspect_dataset
 
 
 def test_s3_input_and_output(corrupt_llava_corpus, tmp_path):

@@ -29,9 +29,8 @@ from pipelines.data import (
 )
 from pipelines.model import PIXEL_MEAN, PIXEL_STD, TinyVLM, VLMConfig, patch_sequence, pixels_are_normalised
 from pipelines.train import TrainConfig, train
-from vlmdata import VLMDataset
-from vlmdata.dataset import DatasetOptions
-from vlmdata.decode.dali_gpu import DaliGpuStage, GpuStageOptions
+from vlmdata.decode.dali import DaliGpuStage, GpuStageOptions
+from vlmdata.loading import DatasetOptions, VLMDataset
 
 SIZES = {"fixed": 56, "dynamic": "dynamic"}
 
@@ -155,7 +154,7 @@ def test_cpu_keeps_worker_decode_and_cuda_uses_the_stage(dataset, monkeypatch):
         calls.append((name, device_id, image_token_id))
         return _stage(opts, "bfloat16", image_token_id)
 
-    monkeypatch.setattr("vlmdata.decode.select.make_gpu_stage", fake_make_gpu_stage)
+    monkeypatch.setattr("vlmdata.decode.choose.make_gpu_stage", fake_make_gpu_stage)
     stage = gpu_stage_for(opts, torch.device("cuda", 1), image_id)
     assert isinstance(stage, DaliGpuStage) and calls == [("dali", 1, image_id)]
 

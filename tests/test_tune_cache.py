@@ -7,17 +7,19 @@ import os
 import pytest
 from tune_fixtures import ModelRunner
 
-from vlmdata.commands.tune import parse_size
-from vlmdata.tune import tune_cached
-from vlmdata.tune_cache import (
+from vlmdata.cli import parse_size
+from vlmdata.testing import SyntheticDataset, SyntheticSpec
+from vlmdata.tune import (
+    LoaderSettings,
+    TuneBudget,
     TuneCache,
+    TuneConfig,
     cache_key,
     dataset_fingerprint,
     default_cache_path,
     machine_fingerprint,
+    tune_cached,
 )
-from vlmdata.tune_synthetic import SyntheticDataset, SyntheticSpec
-from vlmdata.tune_types import LoaderSettings, TuneBudget, TuneConfig
 
 CFG = TuneConfig(cpu_count=4)
 BUDGET = TuneBudget(memory_bytes=1 << 40)

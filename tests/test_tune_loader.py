@@ -8,13 +8,10 @@ import os
 import pytest
 from tune_fixtures import make_small_dataset
 
-from vlmdata import VLMDataset, make_loader
 from vlmdata.cli import main as cli_main
-from vlmdata.tune import auto_loader_settings
-from vlmdata.tune_cache import dataset_fingerprint
-from vlmdata.tune_measure import LoaderRunner
-from vlmdata.tune_synthetic import SyntheticDataset, SyntheticSpec
-from vlmdata.tune_types import TuneConfig
+from vlmdata.loading import VLMDataset, make_loader
+from vlmdata.testing import SyntheticDataset, SyntheticSpec
+from vlmdata.tune import LoaderRunner, TuneConfig, auto_loader_settings, dataset_fingerprint
 
 FAST = TuneConfig(measure_s=0.3, min_batches=4)
 

@@ -5,10 +5,17 @@ import multiprocessing as mp
 
 import pytest
 
-from vlmdata.tune import auto_loader_settings, format_table, tune
-from vlmdata.tune_measure import LoaderRunner, MeasurePlan
-from vlmdata.tune_synthetic import SyntheticDataset, SyntheticSpec
-from vlmdata.tune_types import LoaderSettings, TuneBudget, TuneConfig
+from vlmdata.testing import SyntheticDataset, SyntheticSpec
+from vlmdata.tune import (
+    LoaderRunner,
+    LoaderSettings,
+    MeasurePlan,
+    TuneBudget,
+    TuneConfig,
+    auto_loader_settings,
+    format_table,
+    tune,
+)
 
 # Costs are sleeps, with >= 20 % between the optimum and its neighbours, so a loaded machine
 # (the CI box is shared) does not move the optimum.

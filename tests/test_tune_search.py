@@ -4,10 +4,8 @@ from __future__ import annotations
 import pytest
 from tune_fixtures import ModelRunner
 
-from vlmdata.tune import tune
-from vlmdata.tune_search import cost_key, make_space
-from vlmdata.tune_synthetic import SyntheticSpec
-from vlmdata.tune_types import LoaderSettings, TuneBudget, TuneConfig
+from vlmdata.testing import SyntheticSpec
+from vlmdata.tune import LoaderSettings, TuneBudget, TuneConfig, cost_key, make_space, tune
 
 BIG = TuneBudget(memory_bytes=1 << 40)
 

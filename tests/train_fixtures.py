@@ -32,7 +32,7 @@ def load_packs(data: str, count: int, max_tokens: int = 512, image_size=28, rank
     from pipelines.data import DataOptions
 
     opts = DataOptions(data=data, max_tokens=max_tokens, image_size=image_size, seed=seed)
-    from vlmdata import VLMDataset
+    from vlmdata.loading import VLMDataset
 
     ds = VLMDataset(data, seed=seed, max_tokens=max_tokens, max_images=opts.max_images, image_size=opts.policy(),
                     rank=rank, world_size=world_size, decoder="pillow")

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from conftest import gen_raw_path
 
-from vlmdata.tune_measure import MeasurePlan
-from vlmdata.tune_synthetic import SyntheticSpec
-from vlmdata.tune_types import LoaderSettings, Measurement
+from vlmdata.testing import SyntheticSpec
+from vlmdata.tune import LoaderSettings, Measurement, MeasurePlan
 
 
 class ModelRunner:

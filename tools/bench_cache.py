@@ -38,10 +38,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from vlmdata.cache import CacheConfig, RetryPolicy, ShardRef  # noqa: E402
-from vlmdata.cache.protocol import connect, recv_msg, send_msg  # noqa: E402
-from vlmdata.cache.tiered import ShardCache, TieredFetcher  # noqa: E402
-from vlmdata.cache.trace import simulate, window_shuffle_trace  # noqa: E402
+from vlmdata.cache import CacheConfig, RetryPolicy, ShardCache, ShardRef, TieredFetcher  # noqa: E402  # noqa: E402
+from vlmdata.cache.daemon import connect, recv_msg, send_msg  # noqa: E402
+from vlmdata.testing import simulate, window_shuffle_trace  # noqa: E402
 
 BUCKET = "bench"
 
@@ -297,9 +296,8 @@ def bench_dataset(store: Store, tmp: Path, samples: int = 240) -> dict:
     try:
         import s3fs
 
-        from vlmdata import VLMDataset, make_loader
-        from vlmdata.dataset import DatasetOptions
-        from vlmdata.ingest.shard import ShardConfig, shard_dataset
+        from vlmdata.ingest import ShardConfig, shard_dataset
+        from vlmdata.loading import DatasetOptions, VLMDataset, make_loader
     except ImportError as exc:
         return {"skipped": f"VLMDataset or the sharder is not importable: {exc}"}
     raw, ds_dir = tmp / "raw", tmp / "vlm"
@@ -392,7 +390,7 @@ def bench_daemon(store: Store, sz: Sizes, tmp: Path) -> dict:
     sockdir = Path(tempfile.mkdtemp(prefix="vlmd-", dir="/tmp"))
     sock = sockdir / "d.sock"
     so = json.dumps(store.options())
-    daemon = subprocess.Popen([sys.executable, "-m", "vlmdata.cli", "cache-daemon", "--cache-dir", str(tmp / "node-ssd"),
+    daemon = subprocess.Popen([sys.executable, "-m", "vlmdata", "cache-daemon", "--cache-dir", str(tmp / "node-ssd"),
                                "--disk-bytes", str(4 * dataset_bytes), "--socket", str(sock),
                                "--prefetch-bytes", str(8 * sz.daemon_shard_bytes), "--storage-options", so],
                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,

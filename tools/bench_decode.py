@@ -33,16 +33,16 @@ sys.path.insert(0, str(REPO))
 
 from PIL import Image  # noqa: E402
 
+from vlmdata.decode import PillowDecoder  # noqa: E402
 from vlmdata.decode.dali import DaliCpuDecoder  # noqa: E402
-from vlmdata.decode.pillow import PillowDecoder  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
 
 try:
-    from vlmdata.decode.turbo import TurboDecoder  # noqa: E402  (needs simplejpeg)
+    from vlmdata.decode import TurboDecoder  # noqa: E402  (needs simplejpeg)
 except ImportError:
     TurboDecoder = None
-from vlmdata.decode.policy import DynamicPolicy, FixedPolicy  # noqa: E402
-from vlmdata.synthetic import require_gen_raw  # noqa: E402
+from vlmdata.decode import DynamicPolicy, FixedPolicy  # noqa: E402
+from vlmdata.testing import require_gen_raw  # noqa: E402
 
 POLICIES = {"fixed 336x336": FixedPolicy(336), "dynamic (14x2, <=448^2)": DynamicPolicy()}
 
@@ -77,7 +77,7 @@ class GpuDecoder:
     def __init__(self, policy, full: bool, max_batch: int, threads: int):
         import torch
 
-        from vlmdata.decode.dali_gpu import DaliGpuStage, GpuStageOptions
+        from vlmdata.decode.dali import DaliGpuStage, GpuStageOptions
 
         self.torch = torch
         self.policy = policy
@@ -85,7 +85,7 @@ class GpuDecoder:
         self.stage = DaliGpuStage(policy, GpuStageOptions(device="mixed", device_id=0, max_batch=max_batch,
                                                           num_threads=threads))
         if not full:   # no normalisation: uint8 HWC on the GPU
-            from vlmdata.decode.dali_pipeline import DaliConfig, DaliRunner
+            from vlmdata.decode.dali import DaliConfig, DaliRunner
 
             self.stage.runner = DaliRunner(DaliConfig(device="mixed", device_id=0, max_batch=max_batch,
                                                       num_threads=threads))
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"machine": machine, "versions": vers, "results": results}, indent=1))
     if args.save_choice:
-        from vlmdata.decode.select import save_cpu_choice
+        from vlmdata.decode import save_cpu_choice
 
         evidence = {p: r for p, r in results.items()}
         # the CPU path that is fastest in every policy measured; else the documented default order

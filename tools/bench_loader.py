@@ -99,7 +99,7 @@ def _measure(loader, count) -> dict:
 def vlmdata_run(root: str, workers: int) -> dict:
     import PIL
 
-    from vlmdata import DatasetOptions, VLMDataset, make_loader
+    from vlmdata.loading import DatasetOptions, VLMDataset, make_loader
 
     ds = VLMDataset(root, seed=0, max_tokens=8192, max_images=16, image_size=SIZE, rank=0, world_size=1,
                     decoder="auto", options=DatasetOptions(window_shards=4))
@@ -111,11 +111,8 @@ def single_core_rate(root: str, limit: int = 400, rounds: int = 3) -> dict:
     """Decode + resize to 336x336 of the corpus' JPEGs, in this process (one core): the path
     decoder="auto" uses, Pillow-SIMD draft mode and a full-size decode; best of `rounds`
     interleaved rounds each (the machine is shared)."""
-    from vlmdata.decode.pillow import PillowDecoder
-    from vlmdata.decode.select import fastest_cpu_decoder, make_decoder
-    from vlmdata.formats.index import SampleIndex
-    from vlmdata.formats.manifest import Manifest
-    from vlmdata.formats.tario import member_bytes
+    from vlmdata.decode import PillowDecoder, fastest_cpu_decoder, make_decoder
+    from vlmdata.formats import Manifest, SampleIndex, member_bytes
 
     manifest = Manifest.load(root)
     images = []
@@ -162,14 +159,13 @@ def prepare(cache: str, samples: int) -> tuple[str, str]:
             f.writelines(lines)
         os.replace(os.path.join(raw, "data.jsonl.tmp"), os.path.join(raw, "data.jsonl"))
     if not os.path.exists(os.path.join(raw, "data.jsonl")):
-        from vlmdata.synthetic import require_gen_raw
+        from vlmdata.testing import require_gen_raw
 
         print(f"making the corpus: gen_raw.py {raw} --samples {samples} (once, cached)")
         subprocess.run([sys.executable, require_gen_raw(), raw, "--samples", str(samples), "--seed", "0"], check=True)
     root = os.path.join(cache, f"shards-wds-{samples}")
     if not os.path.exists(os.path.join(root, "manifest.json")):
-        from vlmdata.ingest import shard_dataset
-        from vlmdata.ingest.shard import ShardConfig
+        from vlmdata.ingest import ShardConfig, shard_dataset
 
         print(f"sharding it with vlmdata.ingest.shard_dataset -> {root} (once, cached)")
         manifest = shard_dataset(ShardConfig(inputs=[os.path.join(raw, "data.jsonl")], input_format="jsonl",

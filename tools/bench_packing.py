@@ -26,11 +26,10 @@ import time
 import numpy as np
 from PIL import Image
 
-from vlmdata.plan.bucketing import bucket, padded_ratio
-from vlmdata.plan.packing import best_fit_decreasing, fill_ratio, next_fit, pack
-from vlmdata.synthetic import gen_raw_lengths, require_gen_raw  # noqa: E402
+from vlmdata.plan import best_fit_decreasing, bucket, fill_ratio, next_fit, pack, padded_ratio
 from vlmdata.sysinfo import cpu_model  # noqa: E402
-from vlmdata.tokenizer import ByteTokenizer, encode_conversation
+from vlmdata.testing import gen_raw_lengths, require_gen_raw  # noqa: E402
+from vlmdata.text import ByteTokenizer, encode_conversation
 
 IMAGE_TOKENS = (336 // 14) ** 2
 

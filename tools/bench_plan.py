@@ -17,12 +17,10 @@ import time
 
 import numpy as np
 
-from vlmdata.decode.policy import FixedPolicy
-from vlmdata.plan.lengths import sample_lengths
-from vlmdata.plan.packing import best_fit_decreasing, pack
-from vlmdata.plan.plan import Corpus, EpochPlanner, PlanOptions
-from vlmdata.synthetic import image_and_word_counts  # noqa: E402
+from vlmdata.decode import FixedPolicy
+from vlmdata.plan import Corpus, EpochPlanner, PlanOptions, best_fit_decreasing, pack, sample_lengths
 from vlmdata.sysinfo import cpu_model  # noqa: E402
+from vlmdata.testing import image_and_word_counts  # noqa: E402
 
 WORD_LEN = 4.6   # mean word length of gen_raw's vocabulary, + 1 space
 

@@ -36,8 +36,8 @@ from pipelines.train import label_count  # noqa: E402
 
 def load_epoch(data: str, max_tokens: int, image_size: int) -> list[dict]:
     """Every non-empty pack of epoch 0 (rank 0 of 1), read in-process."""
-    from vlmdata import VLMDataset
-    from vlmdata.decode.policy import FixedPolicy
+    from vlmdata.decode import FixedPolicy
+    from vlmdata.loading import VLMDataset
 
     ds = VLMDataset(data, seed=0, max_tokens=max_tokens, max_images=16, image_size=FixedPolicy(image_size),
                     rank=0, world_size=1, decoder="pillow")
@@ -131,7 +131,7 @@ def main() -> int:
         data = os.path.join(work, "ds")
         shard(os.path.join(work, "raw"), data, args.image_size)
         from pipelines.data import DataOptions, model_fields_for
-        from vlmdata.formats.manifest import Manifest
+        from vlmdata.formats import Manifest
 
         fields = model_fields_for(DataOptions(data=data, image_size=args.image_size))
         pad_id = int(Manifest.load(data).tokenizer["special"]["pad"])

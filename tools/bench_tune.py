@@ -27,13 +27,21 @@ from dataclasses import dataclass
 
 import torch
 
-from vlmdata.synthetic import require_gen_raw
-from vlmdata.tune import format_table, tune
-from vlmdata.tune_cache import cpu_model, total_memory, usable_cpus
-from vlmdata.tune_measure import LoaderRunner, MeasurePlan
-from vlmdata.tune_search import make_space
-from vlmdata.tune_synthetic import SyntheticDataset, SyntheticSpec
-from vlmdata.tune_types import LoaderSettings, Measurement, TuneBudget, TuneConfig
+from vlmdata.sysinfo import cpu_model
+from vlmdata.testing import SyntheticDataset, SyntheticSpec, require_gen_raw
+from vlmdata.tune import (
+    LoaderRunner,
+    LoaderSettings,
+    Measurement,
+    MeasurePlan,
+    TuneBudget,
+    TuneConfig,
+    format_table,
+    make_space,
+    total_memory,
+    tune,
+    usable_cpus,
+)
 
 
 @dataclass
@@ -132,8 +140,8 @@ def compare(name: str, runner_factory, cfg: TuneConfig, budget: TuneBudget, roun
 
 
 def build_real_dataset(args, workdir: str):
-    from vlmdata import VLMDataset
     from vlmdata.ingest import ShardConfig, shard_dataset
+    from vlmdata.loading import VLMDataset
 
     root = args.data
     if root is None:

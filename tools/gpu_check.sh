@@ -137,7 +137,7 @@ mixed_step() {
 import io, subprocess, sys, pathlib
 import numpy as np, torch
 from PIL import Image
-from vlmdata.decode.dali_gpu import DaliGpuStage, GpuStageOptions
+from vlmdata.decode.dali.gpu import DaliGpuStage, GpuStageOptions
 from vlmdata.decode.policy import DynamicPolicy, FixedPolicy
 out = pathlib.Path(sys.argv[1]) / "raw-mixed"
 gen = pathlib.Path("..") / "shared" / "bench" / "gen_raw.py"

@@ -1,29 +1,21 @@
 """vlmdata: a high-throughput multimodal data pipeline for training vision-language models.
 
-The public names are imported lazily (PEP 562), so that `import vlmdata.formats`
-in sharding workers or the CLI does not pay for importing torch.
+What users touch is exported here; every name is imported lazily (PEP 562), so
+`import vlmdata` imports neither torch nor prometheus_client. Subpackages
+(`vlmdata.formats`, `vlmdata.cache`, `vlmdata.tune`, ...) declare their own
+`__all__` for finer-grained use; errors and skip reasons are in `vlmdata.errors`.
 """
-from __future__ import annotations
+from vlmdata._lazy import lazy_exports
 
-import importlib
-
-_EXPORTS = {
-    "VLMDataset": "vlmdata.dataset",
-    "DatasetOptions": "vlmdata.dataset",
-    "make_loader": "vlmdata.loader",
-    "FixedPolicy": "vlmdata.decode.policy",
-    "DynamicPolicy": "vlmdata.decode.policy",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'vlmdata' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    # loading for training
+    "VLMDataset": "loading.dataset", "DatasetOptions": "loading.dataset", "make_loader": "loading.loader",
+    "CacheConfig": "cache.config",
+    "FixedPolicy": "decode.policy", "DynamicPolicy": "decode.policy", "ImagePolicy": "decode.policy",
+    # sharding and the dataset's description
+    "ShardConfig": "ingest.shard", "shard_dataset": "ingest.shard", "Manifest": "formats.manifest",
+    # metrics
+    "MetricSet": "metrics.registry", "instrument": "metrics.loader_metrics", "serve_metrics": "metrics.server",
+    # errors
+    "VlmdataError": "errors",
+})

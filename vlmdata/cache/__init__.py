@@ -1,6 +1,11 @@
-"""Shard fetching and caching: tiers, eviction policies, prefetcher, per-node daemon."""
-from vlmdata.cache.config import CacheConfig
-from vlmdata.cache.fetch import DirectFetcher, FetchError, RetryPolicy, ShardFetcher, ShardRef
-from vlmdata.cache.keys import BadKeyError
+"""Shard fetching and caching: tiers, Belady/LRU eviction, prefetcher, and (in `daemon`) the per-node cache daemon."""
+from vlmdata._lazy import lazy_exports
 
-__all__ = ["BadKeyError", "CacheConfig", "DirectFetcher", "FetchError", "RetryPolicy", "ShardFetcher", "ShardRef"]
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "CacheConfig": "config",
+    "AccessPlan": "eviction", "PlanBook": "eviction", "choose_victims": "eviction",
+    "DirectFetcher": "fetch", "RetryPolicy": "fetch", "ShardFetcher": "fetch", "ShardRef": "fetch",
+    "entry_name": "keys", "key_for": "keys",
+    "ShardCache": "shard_cache", "TieredFetcher": "shard_cache",
+    "DiskTier": "tiers",
+})

@@ -48,10 +48,10 @@ class CacheConfig:
 
     def open(self, metrics=None):
         """A ShardFetcher for this process: a daemon client if `daemon` is set, else tiers in-process."""
-        from vlmdata.cache.tiered import ShardCache, TieredFetcher
+        from vlmdata.cache.shard_cache import ShardCache, TieredFetcher
 
         if self.daemon:
-            from vlmdata.cache.client import DaemonClient
+            from vlmdata.cache.daemon.client import DaemonClient
 
             return DaemonClient(self)
         disk_dir, disk_bytes = self._process_disk_share()
@@ -60,15 +60,12 @@ class CacheConfig:
     def _process_disk_share(self) -> tuple[str | None, int]:
         if not self.disk_dir or self.disk_bytes <= 0:
             return None, 0
-        worker_id, num_workers = 0, 1
-        try:
-            from torch.utils.data import get_worker_info
+        from torch.utils.data import get_worker_info
 
-            info = get_worker_info()
-            if info is not None:
-                worker_id, num_workers = info.id, info.num_workers
-        except ImportError:
-            pass
+        worker_id, num_workers = 0, 1
+        info = get_worker_info()
+        if info is not None:
+            worker_id, num_workers = info.id, info.num_workers
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         share = self.disk_bytes // max(1, num_workers * local_world)

@@ -17,17 +17,10 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol, TypeVar
 
 from vlmdata import fsutil
+from vlmdata.errors import CorruptShardError, FetchError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class FetchError(IOError):
-    """A shard could not be fetched intact after all retries."""
-
-
-class CorruptShardError(FetchError):
-    """Fetched bytes do not match the recorded size or checksum."""
 
 
 @dataclass(frozen=True)

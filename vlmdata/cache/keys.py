@@ -10,11 +10,9 @@ from __future__ import annotations
 import hashlib
 import os
 
+from vlmdata.errors import BadKeyError
+
 MAX_KEY_LEN = 4096
-
-
-class BadKeyError(ValueError):
-    """A cache key that could name a path outside the cache (or is malformed)."""
 
 
 def validate_key(key: str) -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from vlmdata.metrics import MetricSet, StatsDelta
+from vlmdata.metrics.counts import StatsDelta
+from vlmdata.metrics.registry import MetricSet
 
 
 class CacheStats:

@@ -32,14 +32,11 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from vlmdata.cache.keys import entry_name
+from vlmdata.errors import CacheDirBusy
 
 log = logging.getLogger(__name__)
 
 CHUNK = 8 << 20
-
-
-class CacheDirBusy(RuntimeError):
-    """Another process owns this cache directory."""
 
 
 class MemoryTier:

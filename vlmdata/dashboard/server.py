@@ -1,6 +1,6 @@
 """The dashboard web server: the static page, and the scraped chart data as JSON.
 
-Stdlib only: a ThreadingHTTPServer for the page and `/api/data`, and one
+Stdlib only: an `HttpEndpoint` for the page and `/api/data`, and one
 thread that scrapes the targets every `interval` seconds (server-side, so the
 browser never needs access to the metrics endpoints).
 """
@@ -11,10 +11,12 @@ import logging
 import mimetypes
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 
 from vlmdata.dashboard.scrape import RateTracker
+from vlmdata.http_endpoint import HttpEndpoint, Response, not_found
+
+__all__ = ["Dashboard", "DashboardConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -37,33 +39,6 @@ def _static(name: str) -> bytes:
     return resources.files("vlmdata.dashboard").joinpath("static", name).read_bytes()
 
 
-def _handler_for(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            path = self.path.split("?", 1)[0]
-            if path == "/api/data":
-                body = json.dumps(dash.data(), allow_nan=False).encode()
-                return self._send(200, "application/json", body)
-            name = "index.html" if path in ("/", "/index.html") else path.removeprefix("/static/")
-            if name not in STATIC_FILES:
-                return self._send(404, "text/plain; charset=utf-8", b"not found\n")
-            ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
-            return self._send(200, f"{ctype}; charset=utf-8", _static(name))
-
-        def _send(self, code: int, ctype: str, body: bytes) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
-            log.debug("dashboard http: " + format, *args)
-
-    return Handler
-
-
 class Dashboard:
     """Scrapes `config.targets` in a thread and serves the page; `.url` once started."""
 
@@ -73,22 +48,27 @@ class Dashboard:
         self.config = config
         self.tracker = RateTracker(config.targets, history=config.history, timeout=config.timeout)
         self._stop = threading.Event()
-        self._httpd = ThreadingHTTPServer((config.host, config.port), _handler_for(self))
-        self._httpd.daemon_threads = True
-        self._threads = [
-            threading.Thread(target=self._httpd.serve_forever, name="vlmdata-dashboard-http", daemon=True),
-            threading.Thread(target=self._scrape_loop, name="vlmdata-dashboard-scrape", daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
+        self._endpoint = HttpEndpoint(self._respond, config.host, config.port, "dashboard",
+                                      headers={"Cache-Control": "no-store"})
+        self._scraper = threading.Thread(target=self._scrape_loop, name="vlmdata-dashboard-scrape", daemon=True)
+        self._scraper.start()
+
+    def _respond(self, path: str) -> Response:
+        if path == "/api/data":
+            return Response(200, "application/json", json.dumps(self.data(), allow_nan=False).encode())
+        name = "index.html" if path in ("/", "/index.html") else path.removeprefix("/static/")
+        if name not in STATIC_FILES:
+            return not_found()
+        ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        return Response(200, f"{ctype}; charset=utf-8", _static(name))
 
     @property
     def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        return self._endpoint.port
 
     @property
     def url(self) -> str:
-        return f"http://{self._httpd.server_address[0]}:{self.port}/"
+        return f"http://{self._endpoint.host}:{self.port}/"
 
     def data(self) -> dict:
         snap = self.tracker.snapshot()
@@ -102,10 +82,8 @@ class Dashboard:
 
     def close(self) -> None:
         self._stop.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        for t in self._threads:
-            t.join(timeout=10)
+        self._endpoint.close()
+        self._scraper.join(timeout=10)
 
     def __enter__(self) -> Dashboard:
         return self

@@ -1,4 +1,12 @@
-"""Image decoding: image policies, and the Pillow and DALI decoders."""
-from vlmdata.decode.policy import DynamicPolicy, FixedPolicy, ImagePolicy, make_policy
+"""Image decoding: image policies, patch flattening, the TurboJPEG and Pillow decoders, and the choice between decoders (DALI lives in `decode.dali`)."""
+from vlmdata._lazy import lazy_exports
 
-__all__ = ["DynamicPolicy", "FixedPolicy", "ImagePolicy", "make_policy"]
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "fastest_cpu_decoder": "choose", "make_decoder": "choose", "make_gpu_stage": "choose",
+    "save_cpu_choice": "choose",
+    "ImageDecoder": "interface",
+    "flatten_patches": "patches", "pack_patches": "patches", "unflatten_patches": "patches",
+    "PillowDecoder": "pillow",
+    "DynamicPolicy": "policy", "FixedPolicy": "policy", "ImagePolicy": "policy", "make_policy": "policy",
+    "TurboDecoder": "turbo", "scale_for": "turbo",
+})

@@ -20,6 +20,7 @@ import numpy as np
 from PIL import Image
 
 from vlmdata.decode.policy import ImagePolicy
+from vlmdata.errors import Skip
 
 DEFAULT_MAX_PIXELS = 89_478_485      # Pillow's own default limit (about 0.25 GB of RGBA)
 _FILTERS = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC,
@@ -53,7 +54,7 @@ class PillowDecoder:
                 img = Image.open(io.BytesIO(data))
             with img:
                 if img.width * img.height > self.max_pixels:
-                    self._errors["image_too_large"] += 1
+                    self._errors[Skip.IMAGE_TOO_LARGE] += 1
                     return None
                 if self.draft and img.format == "JPEG":
                     img.draft("RGB", (width, height))
@@ -65,9 +66,9 @@ class PillowDecoder:
                     img.load()
                 return np.asarray(img)
         except Image.DecompressionBombError:
-            self._errors["image_too_large"] += 1
+            self._errors[Skip.IMAGE_TOO_LARGE] += 1
         except (OSError, SyntaxError, ValueError, Image.UnidentifiedImageError, EOFError):
-            self._errors["corrupt_image"] += 1
+            self._errors[Skip.CORRUPT_IMAGE] += 1
         return None
 
     def pop_errors(self) -> Counter:

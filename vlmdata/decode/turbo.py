@@ -41,6 +41,7 @@ from PIL import Image
 
 from vlmdata.decode.pillow import DEFAULT_MAX_PIXELS, PillowDecoder
 from vlmdata.decode.policy import ImagePolicy
+from vlmdata.errors import Skip
 
 FAST_SCALES = (1, 2, 4, 8)             # n of n/8: SIMD inverse DCTs (see the module docstring)
 _TURBO_COLORSPACES = ("YCbCr", "Gray")  # decoded to RGB by TurboJPEG exactly like Pillow does
@@ -116,7 +117,7 @@ class TurboDecoder:
         if colorspace not in _TURBO_COLORSPACES:
             return None
         if w * h > self.max_pixels:
-            self._errors["image_too_large"] += 1
+            self._errors[Skip.IMAGE_TOO_LARGE] += 1
             return False
         n = scale_for(w, h, width, height, self.scales)
         sw, sh = math.ceil(w * n / 8), math.ceil(h * n / 8)

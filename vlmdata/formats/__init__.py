@@ -1,5 +1,14 @@
 """On-disk formats: WebDataset tar shards (+ DALI .idx), memmap shards, the sample index, the manifest."""
-from vlmdata.formats.index import SampleIndex
-from vlmdata.formats.manifest import Manifest, ShardInfo
+from vlmdata._lazy import lazy_exports
 
-__all__ = ["Manifest", "SampleIndex", "ShardInfo"]
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "Member": "dali_idx", "format_index": "dali_idx", "parse_index": "dali_idx", "split_name": "dali_idx",
+    "Manifest": "manifest", "PLANNING_NAME": "manifest", "ShardInfo": "manifest",
+    "MAGIC": "memmap", "MemmapPartWriter": "memmap", "MemmapShard": "memmap", "TRAILER": "memmap",
+    "EncodedImage": "sample", "read_sample": "sample", "safe_key": "sample", "text_decoder_for": "sample",
+    "tokens_from_npy": "sample", "tokens_to_npy": "sample", "write_sample": "sample",
+    "IndexBuilder": "sample_index", "SampleIndex": "sample_index", "concat_planning_columns": "sample_index",
+    "CrcFile": "shard_writer",
+    "CountingReader": "tar_scan", "scan_tar": "tar_scan",
+    "TarShardWriter": "tar_writer", "member_bytes": "tar_writer",
+})

@@ -24,9 +24,9 @@ import zlib
 import numpy as np
 
 from vlmdata import fsutil
-from vlmdata.formats.index import IndexBuilder, SampleIndex
 from vlmdata.formats.manifest import ShardInfo
 from vlmdata.formats.sample import SampleRecord
+from vlmdata.formats.sample_index import IndexBuilder, SampleIndex
 
 MAGIC = b"VLMMMAP1"
 TRAILER = struct.Struct("<8sQ")

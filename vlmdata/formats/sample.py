@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vlmdata.formats.index import IndexBuilder, SampleIndex
-from vlmdata.formats.tario import TarShardWriter, member_bytes
+from vlmdata.formats.sample_index import IndexBuilder, SampleIndex
+from vlmdata.formats.tar_writer import TarShardWriter, member_bytes
 
 MAX_KEY_LEN = 80
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-]")
@@ -136,7 +136,7 @@ def text_decoder_for(layout: dict, tokenizer_identity: dict) -> TextDecoder:
     kind = layout.get("text", "tok.npy")
     if kind == "tok.npy":
         return lambda data, n_images: tokens_from_npy(data)
-    from vlmdata.tokenizer import encode_conversation, load_tokenizer
+    from vlmdata.text.tokenizer import encode_conversation, load_tokenizer
 
     tok = load_tokenizer(tokenizer_identity.get("path") if tokenizer_identity.get("name") == "hf-tokenizers" else None)
     json_field = layout.get("json_field", "caption")

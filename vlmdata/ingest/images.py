@@ -24,20 +24,13 @@ import io
 import struct
 from dataclasses import dataclass
 
+from vlmdata.errors import ImageProblem, Skip
 from vlmdata.formats.sample import EncodedImage
 
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's DecompressionBombWarning threshold
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 _NO_LENGTH = {0x01, 0xD0, 0xD1, 0xD2, 0xD3, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8}
 EXIF_ORIENTATION = 0x0112
-
-
-class ImageProblem(ValueError):
-    """An image that must be skipped; `reason` is the stats key."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
 
 
 def sniff(data: bytes) -> str | None:
@@ -158,17 +151,17 @@ def check_image(data: bytes, max_pixels: int) -> tuple[str, int, int]:
     (what the decoders return, see the module docstring).
     """
     if not data:
-        raise ImageProblem("empty_file", "zero-byte file")
+        raise ImageProblem(Skip.EMPTY_FILE, "zero-byte file")
     kind = sniff(data)
     if kind is None:
-        raise ImageProblem("not_an_image", f"unknown magic bytes {data[:8]!r}")
+        raise ImageProblem(Skip.NOT_AN_IMAGE, f"unknown magic bytes {data[:8]!r}")
     size = header_size(kind, data)
     if size is None or size[0] <= 0 or size[1] <= 0:
-        raise ImageProblem("bad_image_header", f"{kind} header gives no size")
+        raise ImageProblem(Skip.BAD_IMAGE_HEADER, f"{kind} header gives no size")
     if size[0] * size[1] > max_pixels:
-        raise ImageProblem("decompression_bomb", f"{size[0]}x{size[1]} pixels > limit {max_pixels}")
+        raise ImageProblem(Skip.DECOMPRESSION_BOMB, f"{size[0]}x{size[1]} pixels > limit {max_pixels}")
     if not is_complete(kind, data):
-        raise ImageProblem("truncated_image", f"{kind} of {len(data)} bytes has no end marker")
+        raise ImageProblem(Skip.TRUNCATED_IMAGE, f"{kind} of {len(data)} bytes has no end marker")
     return kind, size[0], size[1]
 
 
@@ -186,7 +179,7 @@ def prepare_image(data: bytes, opts: ImageOptions) -> EncodedImage:
     try:
         out, size = reencode_jpeg(data, target, opts.quality or 95)
     except (OSError, ValueError) as exc:
-        raise ImageProblem("undecodable_image", str(exc)) from exc
+        raise ImageProblem(Skip.UNDECODABLE_IMAGE, str(exc)) from exc
     return EncodedImage(data=out, ext="jpg", width=size[0], height=size[1])
 
 

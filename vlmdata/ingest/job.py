@@ -17,14 +17,15 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from vlmdata import fsutil
+from vlmdata.errors import Skip
 from vlmdata.formats.manifest import ShardInfo
 from vlmdata.formats.memmap import MemmapPartWriter
 from vlmdata.formats.sample import EncodedImage, safe_key
-from vlmdata.formats.writer import WdsPartWriter, sample_bytes_estimate
+from vlmdata.formats.shard_writer import WdsPartWriter, sample_bytes_estimate
 from vlmdata.ingest.images import ImageOptions, ImageProblem, check_image, decode_resized, prepare_image
 from vlmdata.ingest.readers import InputSource, Row
 from vlmdata.ingest.records import ColumnSpec, RowProblem, check_text, normalize, resolve
-from vlmdata.tokenizer import Tokenizer, encode_conversation, load_tokenizer
+from vlmdata.text.tokenizer import Tokenizer, encode_conversation, load_tokenizer
 
 JOBS_DIR = "_jobs"
 
@@ -98,9 +99,9 @@ def _read_ref(ref, base: str, storage_options: dict) -> bytes:
                 return f.read()
         return fsutil.read_bytes(url, storage_options)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
-        raise RowProblem("missing_file", f"{url}: {type(exc).__name__}") from None
+        raise RowProblem(Skip.MISSING_FILE, f"{url}: {type(exc).__name__}") from None
     except OSError as exc:
-        raise RowProblem("read_error", f"{url}: {exc}") from None
+        raise RowProblem(Skip.READ_ERROR, f"{url}: {exc}") from None
 
 
 class _Sampler:
@@ -112,9 +113,9 @@ class _Sampler:
 
     def build(self, row: Row) -> tuple[str, dict, np.ndarray, list, list[tuple[int, int]]]:
         if row.error is not None:
-            raise RowProblem("bad_row", row.error)
+            raise RowProblem(Skip.BAD_ROW, row.error)
         if row.duplicate:
-            raise RowProblem("duplicate_key", f"id {row.id!r} seen earlier in this run")
+            raise RowProblem(Skip.DUPLICATE_KEY, f"id {row.id!r} seen earlier in this run")
         opts = self.opts
         source = opts.sources[row.source]
         base = source.base
@@ -132,7 +133,7 @@ class _Sampler:
                 try:
                     images.append(np.asarray(decode_resized(data, (s, s))))
                 except (OSError, ValueError) as exc:
-                    raise ImageProblem("undecodable_image", str(exc)) from None
+                    raise ImageProblem(Skip.UNDECODABLE_IMAGE, str(exc)) from None
             else:
                 im: EncodedImage = prepare_image(data, opts.images)
                 images.append(im)
@@ -141,17 +142,17 @@ class _Sampler:
         try:
             tokens = encode_conversation(self.tok, sample.turns, len(images))
         except ValueError as exc:
-            raise RowProblem("marker_mismatch", str(exc)) from None
+            raise RowProblem(Skip.MARKER_MISMATCH, str(exc)) from None
         return safe_key(row.id), sample.meta, tokens, images, sizes
 
     def _sidecar(self, sample, base: str) -> str:
         if sample.caption_file is None:
-            raise RowProblem("missing_text", f"no sidecar .txt for {sample.images[0]}")
+            raise RowProblem(Skip.MISSING_TEXT, f"no sidecar .txt for {sample.images[0]}")
         raw = _read_ref(sample.caption_file, base, self.opts.storage_options)
         try:
             return raw.decode("utf-8").strip()
         except UnicodeDecodeError as exc:
-            raise RowProblem("bad_text", f"sidecar is not UTF-8: {exc}") from None
+            raise RowProblem(Skip.BAD_TEXT, f"sidecar is not UTF-8: {exc}") from None
 
 
 class _Parts:

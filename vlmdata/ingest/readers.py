@@ -18,14 +18,11 @@ from dataclasses import dataclass
 from fsspec.core import url_to_fs
 
 from vlmdata import fsutil
+from vlmdata.errors import ConfigError
 
 INPUT_FORMATS = ("json", "jsonl", "csv", "parquet", "folder")
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
 _CHUNK = 1 << 20
-
-
-class ConfigError(ValueError):
-    """A configuration problem that stops the run at once (message says what to change)."""
 
 
 @dataclass

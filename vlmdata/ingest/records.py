@@ -11,21 +11,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from vlmdata.tokenizer import IMAGE_MARKER
+from vlmdata.errors import RowProblem, Skip
+from vlmdata.text.tokenizer import IMAGE_MARKER
 
 IMAGE_COLUMNS = ("images", "image", "image_path", "image_file", "img", "path", "file", "filename",
                  "file_name", "url", "image_url", "jpg")
 TEXT_COLUMNS = ("caption", "text", "txt", "description", "alt", "alt_text", "title")
 ID_COLUMNS = ("id", "key", "__key__", "uid", "sample_id")
 ROLES = {"human": "user", "user": "user", "system": "user", "gpt": "assistant", "assistant": "assistant"}
-
-
-class RowProblem(ValueError):
-    """A row that must be skipped; `reason` is the stats key."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -87,23 +80,23 @@ def _image_refs(value) -> list:
         return [value.get("bytes") or value.get("path")]
     if isinstance(value, (list, tuple)):
         return [r for v in value for r in _image_refs(v)]
-    raise RowProblem("bad_image_ref", f"image reference of type {type(value).__name__}")
+    raise RowProblem(Skip.BAD_IMAGE_REF, f"image reference of type {type(value).__name__}")
 
 
 def _llava(data: dict, sid: str, native: bool) -> SourceSample:
     conv = data.get("conversations")
     if not isinstance(conv, list) or not conv:
-        raise RowProblem("bad_text", "conversations is not a non-empty list")
+        raise RowProblem(Skip.BAD_TEXT, "conversations is not a non-empty list")
     turns = []
     for t in conv:
         if not isinstance(t, dict):
-            raise RowProblem("bad_text", "a conversation turn is not an object")
+            raise RowProblem(Skip.BAD_TEXT, "a conversation turn is not an object")
         role = ROLES.get(str(t.get("from", t.get("role", ""))).lower())
         value = t.get("value", t.get("content"))
         if role is None:
-            raise RowProblem("bad_text", f"unknown role {t.get('from', t.get('role'))!r}")
+            raise RowProblem(Skip.BAD_TEXT, f"unknown role {t.get('from', t.get('role'))!r}")
         if not isinstance(value, str):
-            raise RowProblem("bad_text", f"turn text is a {type(value).__name__}, not a string")
+            raise RowProblem(Skip.BAD_TEXT, f"turn text is a {type(value).__name__}, not a string")
         turns.append((role, value))
     images = _image_refs(data.get("images", data.get("image")))
     return SourceSample(id=sid, turns=turns, images=images, meta=data if native else _json_safe(data))
@@ -116,12 +109,12 @@ def _caption(data: dict, sid: str, columns: ColumnSpec, native: bool) -> SourceS
     img_col = columns.image or _first(data, IMAGE_COLUMNS)
     txt_col = columns.text or _first(data, TEXT_COLUMNS)
     if img_col is None or data.get(img_col) in (None, "", []):
-        raise RowProblem("missing_image_ref", f"no image column value (looked for {columns.image or IMAGE_COLUMNS})")
+        raise RowProblem(Skip.MISSING_IMAGE_REF, f"no image column value (looked for {columns.image or IMAGE_COLUMNS})")
     if txt_col is None or txt_col not in data:
-        raise RowProblem("bad_text", f"no text column (looked for {columns.text or TEXT_COLUMNS})")
+        raise RowProblem(Skip.BAD_TEXT, f"no text column (looked for {columns.text or TEXT_COLUMNS})")
     text = data[txt_col]
     if not isinstance(text, str):
-        raise RowProblem("bad_text", f"caption is a {type(text).__name__}, not a string")
+        raise RowProblem(Skip.BAD_TEXT, f"caption is a {type(text).__name__}, not a string")
     return SourceSample(id=sid, turns=[("user", ""), ("assistant", text)], images=_image_refs(data[img_col]),
                         meta=data if native else _json_safe(data))
 
@@ -134,17 +127,17 @@ def normalize(data: dict, sid: str, columns: ColumnSpec, native: bool = False) -
         sample = _caption(data, sid, columns, native)
     for ref in sample.images:
         if not isinstance(ref, (str, bytes)) or not ref:
-            raise RowProblem("bad_image_ref", f"image reference {ref!r:.60} is not a path, URL or bytes")
+            raise RowProblem(Skip.BAD_IMAGE_REF, f"image reference {ref!r:.60} is not a path, URL or bytes")
     return sample
 
 
 def check_text(sample: SourceSample) -> None:
     """Empty text and marker/image count mismatches (after the caption file is read)."""
     if not any(text.replace(IMAGE_MARKER, "").strip() for _, text in sample.turns):
-        raise RowProblem("empty_text", "all turns are empty")
+        raise RowProblem(Skip.EMPTY_TEXT, "all turns are empty")
     markers = sum(text.count(IMAGE_MARKER) for _, text in sample.turns)
     if markers not in (0, len(sample.images)):
-        raise RowProblem("marker_mismatch", f"{markers} {IMAGE_MARKER} markers for {len(sample.images)} images")
+        raise RowProblem(Skip.MARKER_MISMATCH, f"{markers} {IMAGE_MARKER} markers for {len(sample.images)} images")
 
 
 def resolve(ref: str, base: str) -> str:

@@ -25,9 +25,10 @@ import numpy as np
 from fsspec.core import url_to_fs
 
 from vlmdata import fsutil
-from vlmdata.formats.index import SampleIndex, concat_planning_columns
+from vlmdata.errors import EmptyDatasetError, Skip
 from vlmdata.formats.manifest import MANIFEST_NAME, PLANNING_NAME, Manifest
 from vlmdata.formats.sample import safe_key
+from vlmdata.formats.sample_index import SampleIndex, concat_planning_columns
 from vlmdata.ingest.engine import ENGINES, run_jobs
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, ImageOptions
 from vlmdata.ingest.job import JOBS_DIR, JobOptions, JobSpec, JobStats, job_stats_name
@@ -42,7 +43,7 @@ from vlmdata.ingest.readers import (
     open_inputs,
 )
 from vlmdata.ingest.records import ColumnSpec, row_id
-from vlmdata.tokenizer import load_tokenizer
+from vlmdata.text.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 FORMATS = ("wds", "memmap")
@@ -195,10 +196,6 @@ class _JobStream:
         yield JobSpec(job=job, rows=rows)
 
 
-class EmptyDatasetError(ConfigError):
-    """The run found no input rows, or every row was skipped: no dataset is written."""
-
-
 def _empty_error(cfg: ShardConfig, sources: list[InputSource], results: list[dict]) -> EmptyDatasetError:
     """What was found and what to pass instead, for a run that would write 0 samples."""
     found = "; ".join(describe_input(s, cfg.storage_options) for s in sources)
@@ -217,9 +214,9 @@ def _empty_error(cfg: ShardConfig, sources: list[InputSource], results: list[dic
     msg = f"all {rows} input rows were skipped ({reasons}) in {found}"
     if example is not None:
         msg += f"; e.g. row {example[1]['row']} ({example[0]}): {example[1]['detail']}"
-    if "missing_text" in skipped and any(s.format == "folder" for s in sources):
+    if Skip.MISSING_TEXT in skipped and any(s.format == "folder" for s in sources):
         msg += "; an image folder needs a .txt caption beside each image"
-    elif any(k in skipped for k in ("bad_text", "missing_image_ref")):
+    elif any(k in skipped for k in (Skip.BAD_TEXT, Skip.MISSING_IMAGE_REF)):
         msg += "; check the table's columns (--image-column / --text-column) or its layout (LLaVA rows need " \
                "'conversations')"
     return EmptyDatasetError(f"{msg}; {hint}")

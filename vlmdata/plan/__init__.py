@@ -1,6 +1,10 @@
 """Pure-numpy planning: shuffle, sample lengths, packing, bucketing, rank/worker assignment."""
-from vlmdata.plan.packing import best_fit_decreasing, fill_ratio, next_fit, pack
-from vlmdata.plan.plan import Corpus, EpochPlanner, PlanOptions, WindowPlan
+from vlmdata._lazy import lazy_exports
 
-__all__ = ["Corpus", "EpochPlanner", "PlanOptions", "WindowPlan", "best_fit_decreasing", "fill_ratio",
-           "next_fit", "pack"]
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "rank_packs": "assign", "split_tail": "assign",
+    "bucket": "bucketing", "padded_ratio": "bucketing",
+    "Corpus": "epoch", "EpochPlanner": "epoch", "PlanOptions": "epoch", "WindowPlan": "epoch",
+    "sample_lengths": "lengths",
+    "best_fit_decreasing": "packing", "fill_ratio": "packing", "next_fit": "packing", "pack": "packing",
+})

@@ -1,0 +1,6 @@
+"""`python -m vlmdata ...`: the command line."""
+import sys
+
+from vlmdata.cli import main
+
+sys.exit(main())

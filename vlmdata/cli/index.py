@@ -1,0 +1,53 @@
+"""`vlmdata index`: index existing WebDataset shards (plain or gzip tars) in place."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from vlmdata.cli.options import parse_storage_options, progress_bar
+from vlmdata.ingest.images import DEFAULT_MAX_PIXELS
+from vlmdata.ingest.index_foreign import IndexConfig, index_dataset
+from vlmdata.ingest.readers import ConfigError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "index", help="write sample indexes, DALI .idx files and a manifest for existing WebDataset shards",
+        description="Index .tar / .tar.gz shards written by other tools (img2dataset, webdataset) in place.")
+    p.add_argument("root", help="directory (local path or fsspec URL) holding the shards")
+    p.add_argument("--text", default="auto", help="member holding the caption: txt, json or auto (default)")
+    p.add_argument("--json-field", default=None, help="caption field of the .json member (default: caption/text)")
+    p.add_argument("--tokenizer", default=None, help="a tokenizers JSON file (default: embedded byte tokenizer)")
+    p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
+    p.add_argument("--max-image-pixels", type=int, default=DEFAULT_MAX_PIXELS)
+    p.add_argument("--storage-options", default=None, help="fsspec storage options as JSON, or @file.json")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        so = parse_storage_options(args.storage_options)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cfg = IndexConfig(root=args.root, text=args.text, json_field=args.json_field, tokenizer=args.tokenizer,
+                      workers=args.workers, max_image_pixels=args.max_image_pixels, storage_options=so)
+    bar, update = progress_bar()
+
+    t0 = time.perf_counter()
+    try:
+        manifest = index_dataset(cfg, progress=update)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if bar is not None:
+            bar.close()
+    st = manifest.stats
+    dt = time.perf_counter() - t0
+    skipped = ", ".join(f"{k}={v}" for k, v in st["skipped"].items()) or "none"
+    print(f"indexed {st['shards_found']} shards ({manifest.total_bytes / 1e6:.1f} MB): {st['samples']} samples, "
+          f"{st['images']} images in {dt:.1f}s ({manifest.total_bytes / 1e6 / max(dt, 1e-9):.0f} MB/s); "
+          f"skipped {st['skipped_total']} ({skipped}); text from .{manifest.layout['text']}")
+    return 0

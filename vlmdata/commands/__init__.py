@@ -1,1 +1,0 @@
-"""Subcommands of the `vlmdata` CLI, one module each."""

@@ -1,0 +1,22 @@
+"""The decoder interface shared by the Pillow and DALI paths."""
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from vlmdata.decode.policy import ImagePolicy
+
+
+class ImageDecoder(Protocol):
+    """Decodes encoded images and resizes each to the policy's target size.
+
+    `decode` returns, per input image, an (H, W, 3) uint8 array of size
+    `policy.target_size(width, height)` (width/height from the index), or None
+    when that image is corrupt. It never raises for a bad image.
+    """
+
+    name: str
+
+    def decode(self, images: list, sizes: list[tuple[int, int]], policy: ImagePolicy) -> list[np.ndarray | None]:
+        ...

@@ -1,0 +1,131 @@
+"""`inspect_dataset`: what a user checks before training, as plain text.
+
+Counts, histograms of tokens per sample, images per sample and image sizes
+(from the planning columns, no shard is decoded), skipped samples by reason
+with an example each, and a few samples rendered as text.
+"""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from vlmdata import fsutil
+from vlmdata.formats.manifest import PLANNING_NAME, Manifest
+from vlmdata.formats.sample import read_sample, text_decoder_for
+from vlmdata.formats.sample_index import SampleIndex, concat_planning_columns
+from vlmdata.text.tokenizer import load_tokenizer
+
+BAR = 40
+
+
+def histogram(values: np.ndarray, edges: list[int], unit: str) -> list[str]:
+    """Text histogram with bins [edges[i], edges[i+1])."""
+    values = np.asarray(values)
+    if not len(values):
+        return ["  (none)"]
+    bins = list(edges) + [np.iinfo(np.int64).max]
+    counts = np.histogram(values, bins=bins)[0]
+    top = max(int(counts.max()), 1)
+    lines = []
+    for lo, hi, c in zip(bins[:-1], bins[1:], counts):
+        label = f">={lo}" if hi == bins[-1] else (str(lo) if hi - 1 == lo else f"{lo}-{hi - 1}")
+        lines.append(f"  {label:>13} {unit:<6} {int(c):>9}  {'#' * int(round(BAR * c / top))}")
+    return lines
+
+
+def _planning(root: str, manifest: Manifest, so: dict) -> dict:
+    url = fsutil.join(root, PLANNING_NAME)
+    if fsutil.exists(url, so):
+        with np.load(io.BytesIO(fsutil.read_bytes(url, so)), allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    return concat_planning_columns([SampleIndex.load(fsutil.join(root, s.index), so) for s in manifest.shards])
+
+
+def render_tokens(tok, tokens: np.ndarray, sizes: list[tuple[int, int]], limit: int = 400) -> str:
+    """Token ids as readable text: roles, image placeholders with sizes, decoded text (shortened)."""
+    sp = tok.special
+    names = {sp.bos: "", sp.eos: " <eos>", sp.user: "\n  [user] ", sp.assistant: "\n  [assistant] ", sp.pad: "<pad>"}
+    out, run, n_img = [], [], 0
+
+    def flush() -> None:
+        if run:
+            text = tok.decode(run).replace("\n", " ")
+            out.append(text if len(text) <= limit else text[:limit] + f"... (+{len(text) - limit} chars)")
+            run.clear()
+
+    for i in tokens[0].tolist():
+        if i == sp.image:
+            flush()
+            w, h = sizes[n_img] if n_img < len(sizes) else (0, 0)
+            out.append(f"<image {w}x{h}>")
+            n_img += 1
+        elif i in names:
+            flush()
+            out.append(names[i])
+        else:
+            run.append(i)
+    flush()
+    return "".join(out)
+
+
+def _samples(root: str, manifest: Manifest, so: dict, n: int) -> list[str]:
+    if not manifest.shards or n <= 0:
+        return []
+    shard = manifest.shards[0]
+    tok = load_tokenizer(manifest.tokenizer.get("path") if manifest.tokenizer.get("name") == "hf-tokenizers" else None)
+    out = []
+    if manifest.kind == "memmap":
+        from vlmdata.formats.memmap import MemmapShard
+
+        mm = MemmapShard(root, shard, so)
+        records = [mm.read_sample(i) for i in range(min(n, len(mm)))]
+    else:
+        if manifest.layout.get("compression") == "gzip":
+            import gzip
+
+            buf = gzip.decompress(fsutil.read_bytes(fsutil.join(root, shard.name), so))
+        else:
+            buf = fsutil.read_bytes(fsutil.join(root, shard.name), so)
+        index = SampleIndex.load(fsutil.join(root, shard.index), so)
+        dec = None if manifest.layout.get("text", "tok.npy") == "tok.npy" else text_decoder_for(manifest.layout, manifest.tokenizer)
+        records = [read_sample(buf, index, i, text_decoder=dec) for i in range(min(n, len(index)))]
+    for r in records:
+        out.append(f"- {r.key} ({r.tokens.shape[1]} tokens, {len(r.images)} images):"
+                   f"{render_tokens(tok, r.tokens, r.sizes)}")
+    return out
+
+
+def inspect_dataset(root: str, storage_options: dict | None = None, samples: int = 3) -> str:
+    """The report as text."""
+    so = storage_options or {}
+    m = Manifest.load(root, so)
+    cols = _planning(root, m, so)
+    st = m.stats
+    lines = [f"dataset {root}",
+             f"  kind {m.kind}, format version {m.version}, {len(m.shards)} shards, {m.total_bytes / 1e6:.1f} MB",
+             f"  samples {m.num_samples}, images {m.num_images}, text tokens {int(cols['text_tokens'].sum())}",
+             f"  tokenizer {m.tokenizer.get('name')}, layout {m.layout}"
+             + (f", image policy {m.image_policy}" if m.image_policy else "")]
+    if "input_rows" in st:
+        lines.append(f"  input rows {st['input_rows']}: written {st.get('samples')}, skipped {st.get('skipped_total', 0)}")
+    lines.append("\ntext tokens per sample")
+    lines += histogram(cols["text_tokens"], [0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192], "tok")
+    lines.append("\nimages per sample")
+    lines += histogram(cols["n_images"], [0, 1, 2, 3, 5, 9], "img")
+    lines.append("\nimage size (longest side, original pixels)")
+    lines += histogram(np.maximum(cols["width"], cols["height"]), [0, 128, 256, 512, 768, 1024, 1536, 2048, 4096], "px")
+    lines.append("\nskipped samples by reason")
+    skipped = st.get("skipped", {})
+    if not skipped:
+        lines.append("  none")
+    for reason, count in sorted(skipped.items()):
+        ex = st.get("examples", {}).get(reason, {})
+        lines.append(f"  {reason:<20} {count:>8}   e.g. {ex.get('id', '?')}: {ex.get('detail', '')}")
+    if st.get("duplicate_keys_across_shards"):
+        lines.append(f"  (kept) duplicate keys across shards: {st['duplicate_keys_across_shards']}")
+    sample_lines = _samples(root, m, so, samples)
+    if sample_lines:
+        lines.append(f"\nfirst {len(sample_lines)} samples of {m.shards[0].name}")
+        lines += sample_lines
+    return "\n".join(lines)

@@ -1,0 +1,11 @@
+"""Loading for training: `VLMDataset` (plan, fetch, decode, collate) and `make_loader`."""
+from vlmdata._lazy import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "CollateConfig": "collate", "IGNORE": "collate", "collate_bucket": "collate", "collate_pack": "collate",
+    "prepare_sample": "collate",
+    "build_dataloader": "dataloader",
+    "DatasetOptions": "dataset", "VLMDataset": "dataset",
+    "make_loader": "loader",
+    "open_source": "shard_source",
+})

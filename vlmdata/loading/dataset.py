@@ -1,0 +1,449 @@
+"""VLMDataset: the planned, packed, resumable IterableDataset.
+
+Wiring only; each job lives in its own module:
+    source.py   open datasets (manifest + planning columns; shard indices on demand)
+    plan/       the global pack sequence of an epoch (shuffle, pack, bucket, assign)
+    cache/      the ShardFetcher (DirectFetcher when no cache is given)
+    decode/     image decoding (TurboJPEG/Pillow on CPU; DALI in the main process with defer_decode)
+    collate.py  the PackedBatch
+
+Per DataLoader worker: it walks the rank's steps w, w + nw, ... of the global
+pack sequence, tells the fetcher which shards it will read (`plan_ahead`),
+holds the shards of the current window while reading them, reads and
+decodes each pack's samples, and yields the collated pack with `state` (the
+resume point right after it) and `stats` (counts for metrics). Bad data never
+stops the epoch: the samples concerned are skipped and counted by reason.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from vlmdata.cache.fetch import CorruptShardError, DirectFetcher, FetchError, RetryPolicy, ShardRef
+from vlmdata.decode.policy import FixedPolicy, ImagePolicy, make_policy
+from vlmdata.errors import Skip
+from vlmdata.loading.collate import (
+    CollateConfig,
+    PreparedSample,
+    collate_bucket,
+    collate_pack,
+    prepare_sample,
+)
+from vlmdata.loading.shard_source import ShardReadError, Source, open_source
+from vlmdata.metrics.counts import StatsDelta, take_fetch_stats
+from vlmdata.plan.assign import rank_packs
+from vlmdata.plan.epoch import Corpus, EpochPlanner, PlanOptions
+
+log = logging.getLogger(__name__)
+STATE_VERSION = 1
+
+
+@dataclass
+class DatasetOptions:
+    """Less common VLMDataset settings.
+
+    mode: "pack" (sequence packing) or "bucket" (similar lengths padded to the batch's longest).
+    window_shards: shards shuffled and packed together (the cache should hold about this many).
+    overlong: samples longer than max_tokens are "truncate"d at the text tail or "drop"ped.
+    storage_options: fsspec options for the dataset URLs (also used by the direct fetcher).
+    defer_decode: put encoded `image_bytes` + `image_sizes` in the pack instead of pixels
+        (the main process decodes, e.g. with DALI on the GPU).
+    mix_samples: samples per epoch when mixing several datasets (default: their sizes summed).
+    retry: fetch retries of the direct fetcher (when `cache` is None).
+    """
+
+    mode: str = "pack"
+    window_shards: int = 8
+    overlong: str = "truncate"
+    storage_options: dict = field(default_factory=dict)
+    defer_decode: bool = False
+    mix_samples: int | None = None
+    retry: RetryPolicy | None = None
+
+
+def _resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    if rank is not None and world_size is not None:
+        r, w = int(rank), int(world_size)
+    elif torch.distributed.is_available() and torch.distributed.is_initialized():
+        r, w = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    else:
+        r, w = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if rank is not None:
+        r = int(rank)
+    if world_size is not None:
+        w = int(world_size)
+    if w < 1 or not 0 <= r < w:
+        raise ValueError(f"rank {r} is not in [0, world_size={w})")
+    return r, w
+
+
+def _sources_arg(source) -> list[tuple[str, float]]:
+    if isinstance(source, (str, os.PathLike)):
+        return [(os.fspath(source), 1.0)]
+    out = []
+    for item in source:
+        if isinstance(item, (str, os.PathLike)):
+            out.append((os.fspath(item), 1.0))
+        else:
+            src, weight = item
+            out.append((os.fspath(src), float(weight)))
+    if not out:
+        raise ValueError("VLMDataset needs at least one dataset")
+    return out
+
+
+class _Window:
+    """The shards a worker holds while it reads one window: readers, or why a shard is unreadable."""
+
+    def __init__(self) -> None:
+        self.key: object = None
+        self.readers: dict[int, object] = {}
+
+
+class VLMDataset(IterableDataset):
+    """Packed (or bucketed) VLM batches from one or more vlmdata datasets; see the module docstring.
+
+    `source`: a dataset path/URL, or a list of (path/URL, weight) to mix.
+    `image_size`: an int (fixed square size) or a FixedPolicy / DynamicPolicy.
+    `rank` / `world_size`: default from torch.distributed, else RANK / WORLD_SIZE, else 0 / 1.
+    `decoder`: "turbo" | "pillow" | "dali" | "auto" (vlmdata.decode.choose.make_decoder; "auto" is
+        TurboJPEG when simplejpeg is installed, else Pillow, unless a measurement recorded otherwise).
+    `cache`: None (direct reads) or a picklable object whose `.open()` gives a ShardFetcher,
+        called once in each worker process.
+    """
+
+    def __init__(self, source, seed: int = 0, max_tokens: int = 8192, max_images: int = 16,
+                 image_size: int | ImagePolicy = 336, rank: int | None = None, world_size: int | None = None,
+                 decoder: str = "auto", cache=None, options: DatasetOptions | None = None):
+        super().__init__()
+        self.options = options or DatasetOptions()
+        self.seed = int(seed)
+        self.decoder_name = decoder
+        self.cache = cache
+        self.rank, self.world_size = _resolve_world(rank, world_size)
+        so = self.options.storage_options
+        specs = _sources_arg(source)
+        self.sources: list[Source] = [open_source(root, so) for root, _ in specs]
+        self.policy = make_policy(image_size)
+        self._check_sources()
+        self.plan_options = PlanOptions(max_tokens=int(max_tokens), max_images=int(max_images),
+                                        window_shards=self.options.window_shards, mode=self.options.mode,
+                                        overlong=self.options.overlong, mix_samples=self.options.mix_samples)
+        self.corpus = Corpus.build([s.columns for s in self.sources], [s.shard_sizes() for s in self.sources],
+                                   [w for _, w in specs])
+        special = self.sources[0].manifest.tokenizer.get("special", {})
+        self.collate_config = CollateConfig(policy=self.policy, image_token_id=int(special.get("image", 258)),
+                                            pad_token_id=int(special.get("pad", 259)), max_tokens=int(max_tokens),
+                                            defer_decode=self.options.defer_decode)
+        self.fingerprint = self._fingerprint([w for _, w in specs])
+        self._epoch = 0
+        self._cursor = 0
+        self._worker_resume: dict | None = None
+        self._last_state: dict | None = None
+        self._progress: dict | None = None          # worker-side position, for StatefulDataLoader
+        self._fetcher = None
+        self._fetcher_pid = -1
+        self._decoder = None
+        self._decode_threads = 1
+        self._pool = None
+        self._owner_pid = os.getpid()                 # decoder and thread pool belong to this process
+        self._iterations = 0                          # iterations started in this worker process
+
+    # ---- configuration checks ---------------------------------------------------------------
+    def _check_sources(self) -> None:
+        specials = {json.dumps(s.manifest.tokenizer.get("special", {}), sort_keys=True) for s in self.sources}
+        if len(specials) > 1:
+            raise ValueError("the datasets were tokenized with different tokenizers (special ids differ); "
+                             "re-shard them with one tokenizer to mix them")
+        for s in self.sources:
+            if s.kind == "memmap":
+                stored = make_policy(s.manifest.image_policy) if s.manifest.image_policy else None
+                if not isinstance(self.policy, FixedPolicy) or stored is None or stored.size != self.policy.size:
+                    size = getattr(stored, "size", "?")
+                    raise ValueError(f"{s.root} is a memmap dataset of {size}px images: pass image_size={size}")
+                if self.options.defer_decode:
+                    raise ValueError(f"{s.root} is a memmap dataset (already decoded): defer_decode does not apply")
+
+    def _fingerprint(self, weights: list[float]) -> str:
+        # the shards' names and checksums identify a dataset wherever it lives (a copy moved to S3 resumes)
+        ident = [hashlib.sha1(";".join(f"{x.name}:{x.crc32}:{x.samples}" for x in s.manifest.shards).encode())
+                 .hexdigest() for s in self.sources]
+        desc = {"sources": ident, "weights": weights,
+                "plan": asdict(self.plan_options), "policy": self.policy.to_dict(), "seed": self.seed}
+        return hashlib.sha1(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
+
+    # ---- epoch and state ------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch to iterate; a resume point loaded for this same epoch is kept."""
+        if int(epoch) != self._epoch:
+            self._epoch, self._cursor = int(epoch), 0
+            self._worker_resume = None
+            self._last_state = None
+
+    def _state(self, cursor: int) -> dict:
+        return {"version": STATE_VERSION, "epoch": self._epoch, "cursor": int(cursor), "seed": self.seed,
+                "world_size": self.world_size, "fingerprint": self.fingerprint}
+
+    def state_dict(self) -> dict:
+        """Plain-data resume point. In a DataLoader worker (StatefulDataLoader) it also says
+        where this worker is, so that each worker resumes with its own next pack."""
+        info = get_worker_info()
+        if info is None:
+            return dict(self._last_state) if self._last_state else self._state(self._cursor)
+        progress = self._progress or {"base": self._cursor, "next_step": info.id, "cursor": self._cursor}
+        if self._worker_resume and self._progress is None:
+            progress = dict(self._worker_resume, cursor=self._worker_resume["base"])
+        state = self._state(progress["cursor"])
+        state["worker"] = {"id": info.id, "num_workers": info.num_workers, "base": progress["base"],
+                           "next_step": progress["next_step"]}
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume right after the pack that carried `state` (or where a worker's state says)."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"state version {state.get('version')} is not {STATE_VERSION}")
+        if state.get("fingerprint") != self.fingerprint:
+            raise ValueError("this state belongs to a dataset with other sources, seed, budgets or image policy; "
+                             "create the VLMDataset with the same settings to resume")
+        self._epoch = int(state["epoch"])
+        self._cursor = int(state["cursor"])
+        self._last_state = None
+        self._worker_resume = None
+        worker = state.get("worker")
+        info = get_worker_info()
+        if worker and info is not None and worker["id"] == info.id and worker["num_workers"] == info.num_workers \
+                and state.get("world_size") == self.world_size:
+            self._worker_resume = {"base": int(worker["base"]), "next_step": int(worker["next_step"])}
+
+    # ---- per-process resources ----------------------------------------------------------------
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_fetcher"] = None
+        state["_fetcher_pid"] = -1
+        state["_decoder"] = None
+        state["_pool"] = None
+        return state
+
+    def set_decode_threads(self, threads: int) -> None:
+        """Decode each pack's images with this many threads (Pillow releases the GIL while decoding)."""
+        if int(threads) < 1:
+            raise ValueError(f"decode threads must be >= 1, got {threads}")
+        self._decode_threads = int(threads)
+        self._pool = None
+
+    def _decode_images(self, decoder, images: list, sizes: list) -> list:
+        n = self._decode_threads
+        self._own_process()
+        if n <= 1 or len(images) < 2:
+            return decoder.decode(images, sizes, self.policy)
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(n, thread_name_prefix="vlmdata-decode")
+        step = -(-len(images) // n)
+        chunks = [(images[i:i + step], sizes[i:i + step]) for i in range(0, len(images), step)]
+        parts = self._pool.map(lambda c: decoder.decode(c[0], c[1], self.policy), chunks)
+        return [im for part in parts for im in part]
+
+    def _get_fetcher(self):
+        if self._fetcher is None or self._fetcher_pid != os.getpid():
+            if self.cache is None:
+                self._fetcher = DirectFetcher(self.options.storage_options, self.options.retry)
+            else:
+                self._fetcher = self.cache.open()
+            self._fetcher_pid = os.getpid()
+        return self._fetcher
+
+    def _own_process(self) -> None:
+        """Drop per-process resources inherited through fork (threads and decoders do not survive it)."""
+        if self._owner_pid != os.getpid():
+            self._decoder, self._pool, self._owner_pid = None, None, os.getpid()
+
+    def _get_decoder(self):
+        self._own_process()
+        if self._decoder is None:
+            from vlmdata.decode.choose import make_decoder
+
+            self._decoder = make_decoder(self.decoder_name)
+        return self._decoder
+
+    def _ref(self, shard: int) -> ShardRef:
+        i = self.corpus.source_of_shard(shard)
+        return self.sources[i].ref(shard - int(self.corpus.shard_base[i]))
+
+    def num_steps(self) -> int:
+        """Packs this rank yields in the selected epoch from the resume point (the same on every
+        rank; plans the whole epoch, so it costs seconds on a huge dataset)."""
+        remaining = max(0, self.planner().total() - self._cursor)
+        return -(-remaining // self.world_size)
+
+    # ---- iteration ------------------------------------------------------------------------------
+    def planner(self, epoch: int | None = None) -> EpochPlanner:
+        """The epoch's planner (pure: same inputs, same packs)."""
+        return EpochPlanner(self.corpus, self.policy, self.plan_options, self.seed,
+                            self._epoch if epoch is None else epoch)
+
+    def __iter__(self):
+        info = get_worker_info()
+        wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
+        if info is not None:
+            self._iterations += 1
+            if self._iterations == 2 and wid == 0:
+                log.warning("VLMDataset iterated again in the same DataLoader worker (persistent_workers=True): "
+                            "set_epoch()/load_state_dict() on the main process's dataset do not reach "
+                            "persistent workers, so this repeats epoch %d from the same point; make a new "
+                            "loader per epoch (make_loader's default) to change epochs", self._epoch)
+        planner = self.planner()
+        base, step = self._cursor, wid
+        if self._worker_resume is not None:
+            base, step = self._worker_resume["base"], self._worker_resume["next_step"]
+        window = _Window()
+        for item in rank_packs(planner, base, self.world_size, self.rank, step, nw):
+            key = "tail" if item.window is None else item.window
+            if window.key != key:
+                window = _Window()
+                window.key = key
+                if item.window is not None:
+                    self._announce(planner, item.window, base, item.step, nw)
+            batch = self._make_batch(item.samples, window, item.dropped)
+            state = self._state(item.cursor)
+            batch["state"] = state
+            self._last_state = state
+            self._progress = {"base": base, "next_step": item.step + nw, "cursor": item.cursor}
+            yield batch
+
+    def _announce(self, planner: EpochPlanner, k: int, base: int, step: int, nw: int) -> None:
+        """Tell the fetcher this worker's shard reads from window k on, in order: exact for
+        windows k and k + 1 (planned), then the shards of each later window of the epoch.
+        Also loads the shard indices of windows k and k + 1 in background threads."""
+        wanted = planner.window_shards(k) + (planner.window_shards(k + 1) if k + 1 < planner.num_windows else [])
+        self._prefetch_indices(wanted)
+        order = self._worker_reads(planner, k, base, step, nw)
+        if k + 1 < planner.num_windows:
+            order += self._worker_reads(planner, k + 1, base, step, nw)
+        for j in range(k + 2, planner.num_windows):
+            order.extend(planner.window_shards(j))
+        order = list(dict.fromkeys(order))
+        self._get_fetcher().plan_ahead([self._ref(int(x)) for x in order])
+
+    def _prefetch_indices(self, shards: list[int]) -> None:
+        """Keep only these (global) shards' indices, loading the missing ones in the background."""
+        local: list[list[int]] = [[] for _ in self.sources]
+        for g in shards:
+            i = self.corpus.source_of_shard(int(g))
+            local[i].append(int(g) - int(self.corpus.shard_base[i]))
+        for src, wanted in zip(self.sources, local):
+            src.retain_indices(wanted)
+            src.prefetch_indices(wanted)
+
+    def _worker_reads(self, planner: EpochPlanner, k: int, base: int, step: int, nw: int) -> list[int]:
+        """Shards this worker reads in window k, in first-read order (steps step, step + nw, ...)."""
+        if not planner.ensure(planner.starts[k]) or k + 1 >= len(planner.starts):
+            return []
+        world, rank = self.world_size, self.rank
+        lo, hi = planner.starts[k], planner.starts[k + 1]
+        shards: list[int] = []
+        first = max(step, -(-(lo - base - rank) // world))      # first step reaching window k
+        s = step + -(-(first - step) // nw) * nw                  # ... that is one of this worker's
+        while base + s * world + rank < hi:
+            g = base + s * world + rank
+            if g >= lo and planner.ensure(g + world - 1 - rank):   # tail steps are announced as they come
+                shards.extend(self.corpus.columns["shard"][planner.pack_samples(g)[0]].tolist())
+            s += nw
+        return list(dict.fromkeys(shards))
+
+    def _reader(self, shard: int, window: _Window):
+        """The shard's sample reader (fetched once per window), or the skip reason."""
+        got = window.readers.get(shard)
+        if got is None:
+            i = self.corpus.source_of_shard(shard)
+            local = shard - int(self.corpus.shard_base[i])
+            ref = self.sources[i].ref(local)
+            try:
+                data = self._get_fetcher().get(ref)
+                got = self.sources[i].reader(local, data)
+            except CorruptShardError as exc:
+                log.warning("skipping shard %s: %s", ref.url, exc)
+                got = Skip.CORRUPT_SHARD
+            except FetchError as exc:
+                log.warning("skipping shard %s: %s", ref.url, exc)
+                got = Skip.FETCH_ERROR
+            except (ShardReadError, OSError, ValueError, KeyError) as exc:
+                log.warning("skipping shard %s: %s", ref.url, exc)
+                got = Skip.SHARD_ERROR
+            window.readers[shard] = got
+        return got
+
+    def _make_batch(self, samples: np.ndarray, window: _Window, drops: Counter) -> dict:
+        stats = StatsDelta()
+        stats.skipped.update(drops)
+        cols = self.corpus.columns
+        records = []
+        for gid in samples.tolist():
+            reader = self._reader(int(cols["shard"][gid]), window)
+            if isinstance(reader, str):
+                stats.skipped[reader] += 1
+                continue
+            try:
+                records.append(reader(int(cols["local"][gid])))
+            except (ValueError, OSError, KeyError, IndexError) as exc:
+                log.warning("skipping sample %d: %s", gid, exc)
+                stats.skipped[Skip.BAD_SAMPLE] += 1
+        prepared: list[PreparedSample] = []
+        decoded = self._decode(records, stats)
+        for rec, images in zip(records, decoded):
+            if images is None:
+                continue
+            try:
+                sample, truncated = prepare_sample(rec.key, rec.tokens, images, rec.sizes, self.collate_config)
+            except ValueError as exc:
+                log.warning("skipping sample %s: %s", rec.key, exc)
+                stats.skipped[Skip.BAD_SAMPLE] += 1
+                continue
+            stats.truncated += int(truncated)
+            prepared.append(sample)
+        collate = collate_pack if self.plan_options.mode == "pack" else collate_bucket
+        batch = collate(prepared, self.collate_config, stats)
+        if self._fetcher is not None:                 # in-worker cache counts since the last pack
+            stats.merge(take_fetch_stats(self._fetcher))
+        batch["stats"] = stats.to_dict()
+        return batch
+
+    def _decode(self, records: list, stats: StatsDelta) -> list[list | None]:
+        """Per record: its images ready for collate, or None (sample skipped, counted)."""
+        if self.options.defer_decode or not any(r.images for r in records):
+            return [r.images for r in records]
+        out: list[list | None] = []
+        encoded = [(r, i) for r in records for i in range(len(r.images)) if not isinstance(r.images[i], np.ndarray)]
+        decoded: dict[tuple[int, int], np.ndarray | None] = {}
+        errors: Counter = Counter()
+        if encoded:
+            decoder = self._get_decoder()
+            t0 = time.perf_counter()
+            images = self._decode_images(decoder, [r.images[i] for r, i in encoded], [r.sizes[i] for r, i in encoded])
+            stats.decode_seconds += time.perf_counter() - t0
+            decoded = {(id(r), i): im for (r, i), im in zip(encoded, images)}
+            errors = decoder.pop_errors() if hasattr(decoder, "pop_errors") else Counter()
+        for r in records:
+            ims = [decoded.get((id(r), i), im) if not isinstance(im, np.ndarray) else im
+                   for i, im in enumerate(r.images)]
+            if any(im is None for im in ims):
+                reason = next(iter(errors)) if len(errors) == 1 else Skip.CORRUPT_IMAGE
+                stats.skipped[reason] += 1
+                out.append(None)
+            else:
+                out.append(ims)
+        return out
