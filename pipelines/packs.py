@@ -1,7 +1,7 @@
 """Pack manipulation for tests and benchmarks: split a pack into its samples, concatenate
 packs, lay samples out as padded rows, and build a synthetic pack without a dataset.
 
-All helpers work on PackedBatch dicts (see DESIGN.md) on the CPU.
+All helpers work on PackedBatch dicts (see docs/architecture.md) on the CPU.
 """
 from __future__ import annotations
 

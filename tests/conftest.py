@@ -1,27 +1,17 @@
-"""Shared test fixtures: where the corpus generator lives, and small generated corpora."""
+"""Fixtures shared across test packages: small generated corpora, and an in-process cache daemon.
+
+Helpers (plain functions and classes) live in tests/helpers; the repository root is
+tests.helpers.paths.REPO.
+"""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from vlmdata.testing import require_gen_raw
-
-
-def gen_raw_path() -> Path:
-    """../shared/bench/gen_raw.py next to the checkout (VLMDATA_GEN_RAW overrides)."""
-    return Path(require_gen_raw())
-
-
-def generate_corpus(out: Path, samples: int, seed: int = 0, fmt: str = "llava", corrupt: float = 0.0) -> Path:
-    """Run gen_raw.py into `out` and return it."""
-    cmd = [sys.executable, str(gen_raw_path()), str(out), "--samples", str(samples), "--seed", str(seed),
-           "--format", fmt, "--corrupt", str(corrupt)]
-    subprocess.run(cmd, check=True, capture_output=True)
-    return out
+from tests.helpers.corpus import generate_corpus
 
 
 @pytest.fixture(scope="session")
@@ -36,20 +26,17 @@ def corrupt_llava_corpus(tmp_path_factory) -> Path:
     return generate_corpus(tmp_path_factory.mktemp("llava_bad"), samples=150, seed=2, corrupt=0.15)
 
 
-def run_group(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
-    """subprocess.run in a new session; on timeout the whole process group is killed.
+@pytest.fixture
+def daemon(tmp_path):
+    """A started in-process CacheDaemon: a short Unix socket path (AF_UNIX limit) and a loopback TCP port."""
+    from tests.helpers.cache import FAST_RETRY
+    from vlmdata.cache.daemon import CacheDaemon, DaemonOptions
 
-    torchrun and similar launchers leave their workers running when only the
-    launcher is killed; this keeps a timed-out test from leaking them.
-    """
-    import signal
-
-    with subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, **kwargs) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-            raise AssertionError(f"{cmd[:4]}... timed out after {timeout}s\n{err[-3000:]}") from None
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    sockdir = Path(tempfile.mkdtemp(prefix="vlmd-", dir="/tmp"))  # short path (AF_UNIX limit)
+    opts = DaemonOptions(cache_dir=str(tmp_path / "ssd"), disk_bytes=1 << 24, socket_path=str(sockdir / "d.sock"),
+                         tcp_port=0, prefetch_bytes=0, retry=FAST_RETRY)
+    d = CacheDaemon(opts)
+    d.start()
+    yield d
+    d.stop()
+    os.rmdir(sockdir)

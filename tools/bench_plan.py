@@ -5,7 +5,7 @@
 
 Columns follow gen_raw.py's distributions (0-8 images of mixed sizes, long-tailed text).
 Targets (issue 3): first packs < 1 s, whole epoch < 30 s. Baseline in the same run:
-the same windows packed with best-fit-decreasing (the packer DESIGN.md names) and
+the same windows packed with best-fit-decreasing (the classic baseline packer) and
 with first-fit over a plain Python list, on the first window only (time per window).
 """
 from __future__ import annotations
@@ -77,7 +77,7 @@ def main() -> None:
     print(f"whole epoch planned: {t_epoch:.1f} s wall, {c_epoch:.1f} s CPU  ({planner.num_windows} windows, "
           f"{n_packs:,} packs; target < 30 s); load average after: {os.getloadavg()[0]:.1f}")
 
-    # baseline on one window: BFD (DESIGN.md's reference) vs ours
+    # baseline on one window: best-fit decreasing vs ours
     samples = planner.window_samples(0)
     lengths, _ = sample_lengths(cols, samples, policy)
     lengths = np.minimum(lengths, a.max_tokens)

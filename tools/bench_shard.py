@@ -131,7 +131,7 @@ def baseline_resize(args: tuple) -> int:
 def _warm(_: int) -> int:
     import webdataset  # noqa: F401  (imports torch: seconds, paid before any clock starts)
 
-    import vlmdata.ingest.job  # noqa: F401
+    from vlmdata.ingest import shard_dataset  # noqa: F401  (loads the job code the workers run)
 
     time.sleep(0.5)  # keep this worker busy so that every worker gets one warm-up task
     return os.getpid()

@@ -7,7 +7,7 @@
 # Checks, in order (CPU-only ones first, so a GPU-less machine still checks what it can):
 #   env          python + torch, Pillow, DALI, vlmdata import (missing packages are installed from
 #                ./wheels with --no-index when that folder exists)
-#   dali-cpu     DALI CPU decoder tests (tests/test_dali_cpu.py)
+#   dali-cpu     DALI CPU decoder tests (tests/decode/dali/test_cpu.py, test_pipeline.py)
 #   gpu          nvidia-smi lists a GPU and torch sees CUDA (a CPU-only torch build fails here, clearly)
 #   dali-mixed   DaliGpuStage with device="mixed": fixed and dynamic packs on the GPU, bf16, a corrupt
 #                JPEG costs one image; pixels match the DALI-CPU stage within tolerance
@@ -112,7 +112,7 @@ EOF
 run_step env "python environment incomplete" env_step
 
 # ---- DALI CPU (no GPU needed) ---------------------------------------------------------------
-run_step dali-cpu "DALI CPU decoder tests failed" "$PY" -m pytest -q -p no:cacheprovider tests/test_dali_cpu.py
+run_step dali-cpu "DALI CPU decoder tests failed" "$PY" -m pytest -q -p no:cacheprovider tests/decode/dali/test_cpu.py tests/decode/dali/test_pipeline.py
 
 # ---- GPU present? ---------------------------------------------------------------------------
 gpu_step() {

@@ -1,6 +1,6 @@
 """`python -m vlmdata ...`: the command line."""
 import sys
 
-from vlmdata.cli import main
+from vlmdata.cli.entry import main
 
 sys.exit(main())

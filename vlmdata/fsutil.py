@@ -9,6 +9,8 @@ import uuid
 import fsspec
 from fsspec.core import url_to_fs
 
+__all__ = ["atomic_write_bytes", "AtomicLocalFile", "exists", "is_local", "join", "local_path", "makedirs", "open_url", "read_bytes", "read_range"]
+
 
 def is_local(url: str) -> bool:
     """True for plain paths and file:// URLs."""

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import platform
 
+__all__ = ["cpu_model"]
+
 
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""

@@ -13,7 +13,8 @@ import math
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator
 
-from vlmdata.cache.keys import BadKeyError, key_for
+from vlmdata.cache.keys import key_for
+from vlmdata.errors import BadKeyError
 
 log = logging.getLogger(__name__)
 

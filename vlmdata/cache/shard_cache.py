@@ -16,10 +16,11 @@ from concurrent.futures import Future
 from queue import SimpleQueue
 
 from vlmdata.cache.eviction import PlanBook, choose_victims, planned_keys
-from vlmdata.cache.fetch import DirectFetcher, FetchError, ShardRef
+from vlmdata.cache.fetch import DirectFetcher, ShardRef
 from vlmdata.cache.keys import key_for
 from vlmdata.cache.stats import CacheStats
 from vlmdata.cache.tiers import DiskTier, MemoryTier
+from vlmdata.errors import FetchError
 from vlmdata.metrics.registry import MetricSet
 
 log = logging.getLogger(__name__)

@@ -6,9 +6,9 @@ import sys
 import time
 
 from vlmdata.cli.options import parse_storage_options, progress_bar
+from vlmdata.errors import ConfigError
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS
 from vlmdata.ingest.index_foreign import IndexConfig, index_dataset
-from vlmdata.ingest.readers import ConfigError
 
 
 def register(subparsers) -> None:

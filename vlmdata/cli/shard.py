@@ -6,8 +6,9 @@ import sys
 import time
 
 from vlmdata.cli.options import parse_storage_options, progress_bar
+from vlmdata.errors import ConfigError
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS
-from vlmdata.ingest.readers import INPUT_FORMAT_ALIASES, INPUT_FORMATS, ConfigError
+from vlmdata.ingest.readers import INPUT_FORMAT_ALIASES, INPUT_FORMATS
 from vlmdata.ingest.records import ColumnSpec
 from vlmdata.ingest.shard import ShardConfig, shard_dataset
 

@@ -1,6 +1,7 @@
-"""The decoder interface shared by the Pillow and DALI paths."""
+"""The decoder interface shared by the TurboJPEG, Pillow and DALI-CPU decoders."""
 from __future__ import annotations
 
+from collections import Counter
 from typing import Protocol
 
 import numpy as np
@@ -19,4 +20,8 @@ class ImageDecoder(Protocol):
     name: str
 
     def decode(self, images: list, sizes: list[tuple[int, int]], policy: ImagePolicy) -> list[np.ndarray | None]:
+        ...
+
+    def pop_errors(self) -> Counter:
+        """Images returned as None since the last call, counted by skip reason; resets the counts."""
         ...

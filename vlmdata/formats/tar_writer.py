@@ -25,7 +25,7 @@ class TarShardWriter:
     Members are regular files with fixed metadata (mode 0444, mtime of the
     writer's creation, uid/gid 0) so that the same input gives the same bytes.
     Output is byte-identical to `tarfile.open(mode="w|", format=USTAR_FORMAT)`
-    (tests/test_formats_writer.py checks it) but headers are built directly and
+    (tests/formats/test_tar_writer.py checks it) but headers are built directly and
     each member's data is written in one call, without tarfile's per-call
     TarInfo work and 10 KiB re-buffering of every member (several times faster).
     """

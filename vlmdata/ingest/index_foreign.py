@@ -26,14 +26,13 @@ import numpy as np
 from fsspec.core import url_to_fs
 
 from vlmdata import fsutil
-from vlmdata.errors import Skip
+from vlmdata.errors import ConfigError, ImageProblem, Skip, TarFormatError
 from vlmdata.formats.dali_idx import Member, format_index
 from vlmdata.formats.manifest import PLANNING_NAME, Manifest, ShardInfo
 from vlmdata.formats.sample_index import IndexBuilder, SampleIndex, concat_planning_columns
-from vlmdata.formats.tar_scan import CountingReader, TarEntry, TarFormatError, scan_tar, split_key
-from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, ImageProblem, check_image
+from vlmdata.formats.tar_scan import CountingReader, TarEntry, scan_tar, split_key
+from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, check_image
 from vlmdata.ingest.keyset import KeySet
-from vlmdata.ingest.readers import ConfigError
 from vlmdata.text.tokenizer import encode_conversation, load_tokenizer
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
@@ -64,7 +63,8 @@ class _ShardTask:
     storage_options: dict
 
 
-def shard_stem(name: str) -> str:
+def strip_tar_suffix(name: str) -> str:
+    """A foreign shard's file name without its .tar, .tar.gz or .tgz suffix."""
     for suffix in (".tar.gz", ".tgz", ".tar"):
         if name.endswith(suffix):
             return name[: -len(suffix)]
@@ -235,7 +235,7 @@ def index_shard(task: _ShardTask) -> dict:
             skip(Skip.CORRUPT_SHARD, task.name, str(exc))
         outer.drain()
     index = builder.build()
-    stem = shard_stem(task.name)
+    stem = strip_tar_suffix(task.name)
     info = ShardInfo(name=task.name, index=f"{stem}.index.npz", samples=len(index), images=index.n_image_total,
                      bytes=outer.pos, crc32=outer.crc & 0xFFFFFFFF, files=[task.name])
     if len(index):

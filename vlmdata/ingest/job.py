@@ -17,14 +17,14 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from vlmdata import fsutil
-from vlmdata.errors import Skip
+from vlmdata.errors import ImageProblem, RowProblem, Skip
 from vlmdata.formats.manifest import ShardInfo
 from vlmdata.formats.memmap import MemmapPartWriter
 from vlmdata.formats.sample import EncodedImage, safe_key
 from vlmdata.formats.shard_writer import WdsPartWriter, sample_bytes_estimate
-from vlmdata.ingest.images import ImageOptions, ImageProblem, check_image, decode_resized, prepare_image
+from vlmdata.ingest.images import ImageOptions, check_image, decode_resized, prepare_image
 from vlmdata.ingest.readers import InputSource, Row
-from vlmdata.ingest.records import ColumnSpec, RowProblem, check_text, normalize, resolve
+from vlmdata.ingest.records import ColumnSpec, check_text, normalize, resolve
 from vlmdata.text.tokenizer import Tokenizer, encode_conversation, load_tokenizer
 
 JOBS_DIR = "_jobs"
@@ -34,7 +34,8 @@ def job_stats_name(job: int) -> str:
     return f"{JOBS_DIR}/job-{job:06d}.json"
 
 
-def shard_stem(job: int, part: int) -> str:
+def output_shard_stem(job: int, part: int) -> str:
+    """The file stem of part `part` of shard job `job` (shard-JJJJJJ-PP)."""
     return f"shard-{job:06d}-{part:02d}"
 
 
@@ -166,7 +167,7 @@ class _Parts:
         self.infos: list[ShardInfo] = []
 
     def _open(self):
-        stem = shard_stem(self.job, len(self.infos))
+        stem = output_shard_stem(self.job, len(self.infos))
         if self.opts.format == "memmap":
             return MemmapPartWriter(self.opts.output, stem, self.opts.image_size, self.opts.storage_options,
                                     self.opts.fsync)

@@ -25,7 +25,7 @@ import numpy as np
 from fsspec.core import url_to_fs
 
 from vlmdata import fsutil
-from vlmdata.errors import EmptyDatasetError, Skip
+from vlmdata.errors import ConfigError, EmptyDatasetError, Skip
 from vlmdata.formats.manifest import MANIFEST_NAME, PLANNING_NAME, Manifest
 from vlmdata.formats.sample import safe_key
 from vlmdata.formats.sample_index import SampleIndex, concat_planning_columns
@@ -33,15 +33,7 @@ from vlmdata.ingest.engine import ENGINES, run_jobs
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, ImageOptions
 from vlmdata.ingest.job import JOBS_DIR, JobOptions, JobSpec, JobStats, job_stats_name
 from vlmdata.ingest.keyset import KeySet
-from vlmdata.ingest.readers import (
-    ConfigError,
-    InputSource,
-    Row,
-    describe_input,
-    format_names,
-    iter_rows,
-    open_inputs,
-)
+from vlmdata.ingest.readers import InputSource, Row, describe_input, format_names, iter_rows, open_inputs
 from vlmdata.ingest.records import ColumnSpec, row_id
 from vlmdata.text.tokenizer import load_tokenizer
 

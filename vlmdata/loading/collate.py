@@ -1,6 +1,6 @@
 """PackedBatch: turning the samples of a pack (or a bucket) into the tensors a training step takes.
 
-Pack mode (see DESIGN.md, PackedBatch):
+Pack mode (see docs/architecture.md, PackedBatch):
     input_ids     int64 [T]   image placeholders expanded to the policy's tokens per image
     labels        int64 [T]   token id where the loss applies, else -100 (image tokens, prompts,
                               user turns, each sample's first token); the model shifts (HF convention)

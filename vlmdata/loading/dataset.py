@@ -28,9 +28,9 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from vlmdata.cache.fetch import CorruptShardError, DirectFetcher, FetchError, RetryPolicy, ShardRef
+from vlmdata.cache.fetch import DirectFetcher, RetryPolicy, ShardRef
 from vlmdata.decode.policy import FixedPolicy, ImagePolicy, make_policy
-from vlmdata.errors import Skip
+from vlmdata.errors import CorruptShardError, FetchError, ShardReadError, Skip
 from vlmdata.loading.collate import (
     CollateConfig,
     PreparedSample,
@@ -38,7 +38,7 @@ from vlmdata.loading.collate import (
     collate_pack,
     prepare_sample,
 )
-from vlmdata.loading.shard_source import ShardReadError, Source, open_source
+from vlmdata.loading.shard_source import Source, open_source
 from vlmdata.metrics.counts import StatsDelta, take_fetch_stats
 from vlmdata.plan.assign import rank_packs
 from vlmdata.plan.epoch import Corpus, EpochPlanner, PlanOptions
@@ -172,6 +172,15 @@ class VLMDataset(IterableDataset):
                     raise ValueError(f"{s.root} is a memmap dataset of {size}px images: pass image_size={size}")
                 if self.options.defer_decode:
                     raise ValueError(f"{s.root} is a memmap dataset (already decoded): defer_decode does not apply")
+
+    def tune_fingerprint(self) -> dict:
+        """What identifies this pipeline for the tuning cache: sources (URL + manifest hash), packing, policy,
+        decoder, cache type, decode placement and mode."""
+        sources = [{"url": s.root, "manifest_sha256": hashlib.sha256(s.manifest.to_json().encode()).hexdigest()[:24],
+                    "samples": s.num_samples} for s in self.sources]
+        return {"sources": sources, "plan": asdict(self.plan_options), "policy": self.policy.to_dict(),
+                "decoder": self.decoder_name, "cache": type(self.cache).__qualname__,
+                "defer_decode": self.options.defer_decode, "mode": self.options.mode}
 
     def _fingerprint(self, weights: list[float]) -> str:
         # the shards' names and checksums identify a dataset wherever it lives (a copy moved to S3 resumes)
@@ -436,7 +445,7 @@ class VLMDataset(IterableDataset):
             images = self._decode_images(decoder, [r.images[i] for r, i in encoded], [r.sizes[i] for r, i in encoded])
             stats.decode_seconds += time.perf_counter() - t0
             decoded = {(id(r), i): im for (r, i), im in zip(encoded, images)}
-            errors = decoder.pop_errors() if hasattr(decoder, "pop_errors") else Counter()
+            errors = decoder.pop_errors()
         for r in records:
             ims = [decoded.get((id(r), i), im) if not isinstance(im, np.ndarray) else im
                    for i, im in enumerate(r.images)]

@@ -46,7 +46,13 @@ class MeasurePlan:
 
 
 class PipelineRunner(Protocol):
-    """Something that can run a pipeline at a setting and measure it."""
+    """Something that can run a pipeline at a setting and measure it.
+
+    `tunes_threads`: whether decode threads change anything for this pipeline (the search
+    skips that dimension otherwise).
+    """
+
+    tunes_threads: bool
 
     def measure(self, settings: LoaderSettings, plan: MeasurePlan) -> Measurement:
         ...

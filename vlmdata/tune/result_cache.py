@@ -14,6 +14,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -59,8 +60,6 @@ def total_memory() -> int:
     raise RuntimeError("MemTotal not found in /proc/meminfo")
 
 
-
-
 def machine_fingerprint(cpu_count: int) -> dict:
     """What makes a tuning result valid only on this kind of machine."""
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
@@ -68,56 +67,47 @@ def machine_fingerprint(cpu_count: int) -> dict:
             "gpu": gpu, "torch": torch.__version__.split("+")[0]}
 
 
-def _plain(value, depth: int = 0):
+def plain_data(value, depth: int = 0):
     """A JSON-able description of a configuration value (None if it has none)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if depth > 3:
         return None
     if isinstance(value, (list, tuple)):
-        return [_plain(v, depth + 1) for v in value]
+        return [plain_data(v, depth + 1) for v in value]
     if isinstance(value, dict):
-        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
+        return {str(k): plain_data(v, depth + 1) for k, v in value.items()}
     to_dict = getattr(value, "to_dict", None)
     if callable(to_dict):
-        return _plain(to_dict(), depth + 1)
+        return plain_data(to_dict(), depth + 1)
     if hasattr(value, "__dataclass_fields__"):
-        return {k: _plain(getattr(value, k), depth + 1) for k in value.__dataclass_fields__}
+        return {k: plain_data(getattr(value, k), depth + 1) for k in value.__dataclass_fields__}
     return type(value).__qualname__
+
+
+@runtime_checkable
+class Fingerprinted(Protocol):
+    """A dataset that describes itself for the tuning cache (VLMDataset does)."""
+
+    def tune_fingerprint(self) -> dict:
+        """Plain data that identifies the data and the pipeline settings (no credentials)."""
+        ...
 
 
 def dataset_fingerprint(dataset) -> dict:
     """What identifies the data and the pipeline settings.
 
-    A dataset may define `tune_fingerprint() -> dict`. A VLMDataset is
-    described by its sources (URL + a hash of each manifest), packing
-    settings (max_tokens, max_images, mode, window), image policy, decoder and
-    cache type. Anything else by its public top-level plain attributes (dicts
-    are left out: they may hold credentials, and the "about" record is stored
-    in clear).
+    A `Fingerprinted` dataset describes itself. Anything else is described by
+    its public top-level plain attributes (dicts are left out: they may hold
+    credentials, and the "about" record is stored in clear).
     """
-    own = getattr(dataset, "tune_fingerprint", None)
-    if callable(own):
-        fp = dict(own())
-    elif hasattr(dataset, "sources") and hasattr(dataset, "plan_options") and hasattr(dataset, "policy"):
-        fp = _vlm_fingerprint(dataset)
+    if isinstance(dataset, Fingerprinted):
+        fp = dict(dataset.tune_fingerprint())
     else:
-        fp = {k: _plain(v) for k, v in sorted(vars(dataset).items())
+        fp = {k: plain_data(v) for k, v in sorted(vars(dataset).items())
               if not k.startswith("_") and not isinstance(v, dict)}
     fp["class"] = f"{type(dataset).__module__}.{type(dataset).__qualname__}"
     return fp
-
-
-def _vlm_fingerprint(ds) -> dict:
-    sources = []
-    for src in ds.sources:
-        manifest = src.manifest.to_json().encode()
-        sources.append({"url": src.root, "manifest_sha256": hashlib.sha256(manifest).hexdigest()[:24],
-                        "samples": src.num_samples})
-    opts = getattr(ds, "options", None)
-    return {"sources": sources, "plan": _plain(ds.plan_options), "policy": _plain(ds.policy),
-            "decoder": getattr(ds, "decoder_name", None), "cache": type(getattr(ds, "cache", None)).__qualname__,
-            "defer_decode": getattr(opts, "defer_decode", None), "mode": getattr(opts, "mode", None)}
 
 
 def cache_key(machine: dict, dataset: dict, extra: dict) -> str:

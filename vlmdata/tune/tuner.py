@@ -5,10 +5,11 @@
     loader = DataLoader(ds, batch_size=None, **settings.loader_kwargs())
 
 `vlmdata.make_loader(ds, num_workers="auto")` does exactly this. The search
-(see `tune_search`) runs the real pipeline briefly at each candidate through a
-`PipelineRunner` (`tune_measure.LoaderRunner` by default), so any runner with a
-known optimum can test it. Parts: tune_types (data), tune_measure (running),
-tune_procmem (memory), tune_search (search), tune_cache (fingerprints, cache).
+(`search.py`) runs the real pipeline briefly at each candidate through a
+`PipelineRunner` (`measure.LoaderRunner` by default), so any runner with a
+known optimum can test it. Parts of `vlmdata.tune`: settings and results
+(data), measure (running), memory (sampling /proc), search, result_cache
+(fingerprints and the on-disk cache), and this module, which ties them together.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def tune(dataset=None, *, runner: PipelineRunner | None = None, budget: TuneBudg
     cpus = cfg.cpu_count or usable_cpus()
     memory = budget.memory_bytes if budget.memory_bytes is not None else default_memory_budget()
     space = make_space(cpus, cfg, pin_available=torch.cuda.is_available(),
-                       threads=getattr(runner, "tunes_threads", True))
+                       threads=runner.tunes_threads)
     t0 = time.perf_counter()
     search = AdaptiveSearch(runner, space, cfg, memory_budget=memory, time_budget_s=budget.time_s)
     chosen = search.run()

@@ -14,11 +14,12 @@ import os
 import threading
 import time
 
-from vlmdata.cache.daemon.protocol import ProtocolError, connect, recv_msg, ref_to_wire, send_msg
+from vlmdata.cache.daemon.protocol import connect, recv_msg, ref_to_wire, send_msg
 from vlmdata.cache.eviction import AccessPlan, planned_keys
-from vlmdata.cache.fetch import FetchError, ShardRef
-from vlmdata.cache.keys import BadKeyError, key_for
+from vlmdata.cache.fetch import ShardRef
+from vlmdata.cache.keys import key_for
 from vlmdata.cache.tiers import map_file
+from vlmdata.errors import BadKeyError, FetchError, ProtocolError
 
 log = logging.getLogger(__name__)
 

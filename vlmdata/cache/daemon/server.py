@@ -21,10 +21,11 @@ import threading
 from dataclasses import dataclass, field
 
 from vlmdata.cache.config import CacheConfig
-from vlmdata.cache.daemon.protocol import ProtocolError, recv_msg, ref_from_wire, send_msg
-from vlmdata.cache.fetch import FetchError, RetryPolicy
-from vlmdata.cache.keys import BadKeyError, key_for
+from vlmdata.cache.daemon.protocol import recv_msg, ref_from_wire, send_msg
+from vlmdata.cache.fetch import RetryPolicy
+from vlmdata.cache.keys import key_for
 from vlmdata.cache.shard_cache import ShardCache
+from vlmdata.errors import BadKeyError, FetchError, ProtocolError
 from vlmdata.metrics.registry import MetricSet
 
 log = logging.getLogger(__name__)

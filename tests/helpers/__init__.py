@@ -1,0 +1,1 @@
+"""Helpers shared by the tests (not fixtures: those are in tests/conftest.py)."""

@@ -1,0 +1,30 @@
+"""`--engine ray` runs the same jobs on a local Ray instance and writes the same bytes."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers.shards import read_jsonl, shard, tar_tree
+
+pytestmark = pytest.mark.integration  # a local Ray instance
+
+
+@pytest.mark.slow
+def test_ray_engine_matches_local(corrupt_llava_corpus, tmp_path):
+    import ray
+
+    rows = read_jsonl(corrupt_llava_corpus / "data.jsonl")[:40]
+    for r in rows:
+        r["images"] = [str(corrupt_llava_corpus / p) for p in r["images"]]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    local = shard(data, tmp_path / "local", max_samples_per_shard=10)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        m = shard(data, tmp_path / "ray", engine="ray", workers=2, max_samples_per_shard=10)
+    finally:
+        ray.shutdown()
+    assert m.stats["engine"] == "ray" and m.stats["jobs"] == 4
+    assert m.shards == local.shards and m.stats["skipped"] == local.stats["skipped"]
+    assert tar_tree(tmp_path / "ray") == tar_tree(tmp_path / "local")
