@@ -12,7 +12,14 @@ import pytest
 from tests.helpers.tune import make_small_dataset
 from vlmdata.loading import VLMDataset, make_loader
 from vlmdata.testing import SyntheticDataset, SyntheticSpec
-from vlmdata.tune import LoaderRunner, TuneConfig, auto_loader_settings, dataset_fingerprint
+from vlmdata.tune import (
+    LoaderRunner,
+    LoaderSettings,
+    MeasurePlan,
+    TuneConfig,
+    auto_loader_settings,
+    dataset_fingerprint,
+)
 
 FAST = TuneConfig(measure_s=0.3, min_batches=4)
 
@@ -76,3 +83,16 @@ def test_real_fingerprint_follows_pipeline_settings(dataset_dir):
     assert dataset_fingerprint(a)["sources"][0]["manifest_sha256"]
     again = VLMDataset(dataset_dir, max_tokens=2048, image_size=112, rank=0, world_size=1)
     assert json.dumps(dataset_fingerprint(again), sort_keys=True) == fps[0]
+
+
+def test_measuring_with_zero_workers_restores_the_callers_decode_threads(dataset_dir):
+    """A 0-worker measurement sets the dataset's decode threads to the candidate's, then must put back
+    the caller's own setting (it used to restore 1, because VLMDataset's setting was not readable)."""
+    ds = VLMDataset(dataset_dir, max_tokens=2048, image_size=112, decoder="pillow", rank=0, world_size=1)
+    ds.set_decode_threads(3)
+    runner = LoaderRunner(ds)
+    assert runner.tunes_threads
+    m = runner.measure(LoaderSettings(num_workers=0, decode_threads=2),
+                       MeasurePlan(warmup_batches=0, measure_s=0.05, min_batches=2))
+    assert m.error is None and m.batches >= 2
+    assert ds.decode_threads == 3

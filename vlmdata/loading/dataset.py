@@ -246,6 +246,11 @@ class VLMDataset(IterableDataset):
         state["_pool"] = None
         return state
 
+    @property
+    def decode_threads(self) -> int:
+        """Threads each pack's images are decoded with (see `set_decode_threads`)."""
+        return self._decode_threads
+
     def set_decode_threads(self, threads: int) -> None:
         """Decode each pack's images with this many threads (Pillow releases the GIL while decoding)."""
         if int(threads) < 1:

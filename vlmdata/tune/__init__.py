@@ -8,7 +8,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "total_memory": "result_cache", "usable_cpus": "result_cache",
     "Measurement": "results", "TuneResult": "results",
     "cost_key": "search", "make_space": "search",
-    "LoaderSettings": "settings", "TuneBudget": "settings", "TuneConfig": "settings",
+    "LoaderSettings": "settings", "ThreadTunable": "settings", "TuneBudget": "settings", "TuneConfig": "settings",
     "WorkerThreads": "settings",
     "auto_loader_settings": "tuner", "format_table": "tuner", "tune": "tuner", "tune_cached": "tuner",
 })

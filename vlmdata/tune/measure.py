@@ -23,7 +23,7 @@ import torch
 from vlmdata.loading.dataloader import build_dataloader
 from vlmdata.tune.memory import MemorySampler, read_proc_mem
 from vlmdata.tune.results import Measurement
-from vlmdata.tune.settings import LoaderSettings, apply_decode_threads
+from vlmdata.tune.settings import LoaderSettings, ThreadTunable, apply_decode_threads
 
 log = logging.getLogger(__name__)
 
@@ -104,12 +104,12 @@ class LoaderRunner:
         self.calls = 0
         # decode threads matter only where the dataset can use them (else torch's intra-op threads,
         # which a loading pipeline barely uses): the search skips that dimension otherwise
-        self.tunes_threads = callable(getattr(dataset, "set_decode_threads", None))
+        self.tunes_threads = isinstance(dataset, ThreadTunable)
 
     def measure(self, settings: LoaderSettings, plan: MeasurePlan) -> Measurement:
         self.calls += 1
         m = Measurement(settings=settings)
-        previous_threads = getattr(self.dataset, "decode_threads", 1)   # 1: the usual default
+        previous_threads = self.dataset.decode_threads if self.tunes_threads else None
         if settings.num_workers == 0:
             apply_decode_threads(self.dataset, settings.decode_threads)
         gc.collect()
@@ -130,7 +130,7 @@ class LoaderRunner:
             peaks = sampler.stop()
             del it                       # shuts the workers down
             m.wall_s = time.perf_counter() - t0
-            if settings.num_workers == 0 and isinstance(previous_threads, int):
+            if settings.num_workers == 0 and previous_threads is not None:
                 apply_decode_threads(self.dataset, previous_threads)   # leave the caller's dataset as it was
         m.worker_pss = [p.pss for p in peaks.workers.values()]
         m.worker_rss = [p.rss for p in peaks.workers.values()]

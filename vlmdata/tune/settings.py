@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["LoaderSettings", "TuneBudget", "TuneConfig", "WorkerThreads", "apply_decode_threads"]
+__all__ = ["LoaderSettings", "ThreadTunable", "TuneBudget", "TuneConfig", "WorkerThreads", "apply_decode_threads"]
 
 
 @dataclass(frozen=True)
@@ -75,11 +76,23 @@ class WorkerThreads:
             self.chain(worker_id)
 
 
+@runtime_checkable
+class ThreadTunable(Protocol):
+    """A dataset whose image decoding can use several threads (VLMDataset is one)."""
+
+    @property
+    def decode_threads(self) -> int:
+        """The threads each pack's images are decoded with."""
+        ...
+
+    def set_decode_threads(self, threads: int) -> None:
+        ...
+
+
 def apply_decode_threads(dataset, threads: int) -> bool:
-    """Call `dataset.set_decode_threads(threads)` if the dataset exposes it; True if it did."""
-    setter = getattr(dataset, "set_decode_threads", None)
-    if callable(setter):
-        setter(threads)
+    """`dataset.set_decode_threads(threads)` when the dataset is `ThreadTunable`; True if it was."""
+    if isinstance(dataset, ThreadTunable):
+        dataset.set_decode_threads(threads)
         return True
     return False
 
