@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
-from vlmdata.cli.options import parse_storage_options, progress_bar
-from vlmdata.errors import ConfigError
+from vlmdata.cli.options import parse_storage_options, run_with_progress, skipped_summary
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS
 from vlmdata.ingest.index_foreign import IndexConfig, index_dataset
 
@@ -33,21 +31,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     cfg = IndexConfig(root=args.root, text=args.text, json_field=args.json_field, tokenizer=args.tokenizer,
                       workers=args.workers, max_image_pixels=args.max_image_pixels, storage_options=so)
-    bar, update = progress_bar()
-
-    t0 = time.perf_counter()
-    try:
-        manifest = index_dataset(cfg, progress=update)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    manifest, dt = run_with_progress(lambda update: index_dataset(cfg, progress=update))
+    if manifest is None:
         return 2
-    finally:
-        if bar is not None:
-            bar.close()
     st = manifest.stats
-    dt = time.perf_counter() - t0
-    skipped = ", ".join(f"{k}={v}" for k, v in st["skipped"].items()) or "none"
     print(f"indexed {st['shards_found']} shards ({manifest.total_bytes / 1e6:.1f} MB): {st['samples']} samples, "
           f"{st['images']} images in {dt:.1f}s ({manifest.total_bytes / 1e6 / max(dt, 1e-9):.0f} MB/s); "
-          f"skipped {st['skipped_total']} ({skipped}); text from .{manifest.layout['text']}")
+          f"skipped {skipped_summary(st)}; text from .{manifest.layout['text']}")
     return 0

@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
-from vlmdata.cli.options import parse_storage_options, progress_bar
-from vlmdata.errors import ConfigError
+from vlmdata.cli.options import parse_storage_options, run_with_progress, skipped_summary
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS
 from vlmdata.ingest.readers import INPUT_FORMAT_ALIASES, INPUT_FORMATS
 from vlmdata.ingest.records import ColumnSpec
@@ -60,21 +58,13 @@ def run(args: argparse.Namespace) -> int:
                       quality=args.quality, max_image_pixels=args.max_image_pixels,
                       columns=ColumnSpec(image=args.image_column, text=args.text_column, id=args.id_column),
                       storage_options=storage_options, fsync=not args.no_fsync)
-    bar, update = progress_bar()
-    t0 = time.perf_counter()
-    try:
-        manifest = shard_dataset(cfg, progress=update, progress_interval=max(0.0, args.progress_interval))
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    interval = max(0.0, args.progress_interval)
+    manifest, dt = run_with_progress(lambda update: shard_dataset(cfg, progress=update, progress_interval=interval))
+    if manifest is None:
         return 2
-    finally:
-        if bar is not None:
-            bar.close()
     st = manifest.stats
-    dt = time.perf_counter() - t0
-    skipped = ", ".join(f"{k}={v}" for k, v in st["skipped"].items()) or "none"
     print(f"sharded {st['input_rows']} rows -> {st['samples']} samples, {st['images']} images in "
           f"{len(manifest.shards)} shards ({manifest.total_bytes / 1e6:.1f} MB) in {dt:.1f}s "
-          f"({st['input_rows'] / max(dt, 1e-9):.0f} rows/s); skipped {st['skipped_total']} ({skipped}); "
+          f"({st['input_rows'] / max(dt, 1e-9):.0f} rows/s); skipped {skipped_summary(st)}; "
           f"resumed jobs {st['resumed_jobs']}; output {args.output}")
     return 0
