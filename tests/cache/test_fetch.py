@@ -14,7 +14,7 @@ def test_direct_fetcher_verifies_and_reports(tmp_path):
     p.write_bytes(payload)
     crc = zlib.crc32(payload)
     f = DirectFetcher(retry=RetryPolicy(attempts=2, base_delay=0.0, seed=0))
-    assert f.get(ShardRef(str(p), len(payload), crc)) == payload
+    assert bytes(f.get(ShardRef(str(p), len(payload), crc))) == payload
     with pytest.raises(CorruptShardError):
         f.get(ShardRef(str(p), len(payload), crc ^ 1))
     with pytest.raises(FetchError, match="not found"):

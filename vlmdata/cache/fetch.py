@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol, TypeVar
 
 from vlmdata import fsutil
+from vlmdata.cache.local_shards import map_local_shard
 from vlmdata.errors import CorruptShardError, FetchError
 
 log = logging.getLogger(__name__)
@@ -85,9 +86,12 @@ class DirectFetcher:
         self.retry = retry or RetryPolicy()
 
     def get(self, ref: ShardRef) -> bytes:
+        """The verified bytes: a read-only mmap for a local file, else bytes read from the store."""
         return self._with_retries(ref, lambda: self._get_once(ref))
 
     def _get_once(self, ref: ShardRef) -> bytes:
+        if fsutil.is_local(ref.url):                # mapped, CRC checked once (cache/local_shards.py)
+            return map_local_shard(fsutil.local_path(ref.url), ref.size, ref.crc32, ref.url)
         # an open-ended range read is one GET on object stores (a plain cat_file may HEAD first)
         data = fsutil.read_range(ref.url, 0, None, self.storage_options)
         verify(data, ref)
