@@ -131,7 +131,9 @@ class TurboDecoder:
         if arr.shape[:2] == (height, width):
             return arr if arr.shape[2] == 3 else np.ascontiguousarray(arr[..., :3])
         img = Image.frombuffer("RGBX", (arr.shape[1], arr.shape[0]), arr, "raw", "RGBX", 0, 1)
-        return np.asarray(img.resize((width, height), self.resample).convert("RGB"))
+        # packed straight from the resize's RGBX to RGB bytes: one copy less than convert("RGB") + asarray
+        out = img.resize((width, height), self.resample).tobytes("raw", "RGB")
+        return np.frombuffer(out, np.uint8).reshape(height, width, 3)
 
     def pop_errors(self) -> Counter:
         """Reasons of the images rejected since the last call (Pillow fallback's included)."""

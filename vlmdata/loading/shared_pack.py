@@ -33,6 +33,7 @@ needs it; torch operators (conv, `.to(device)`, `.float()`) take it as is.
 from __future__ import annotations
 
 import logging
+import math
 import mmap
 import os
 import threading
@@ -183,7 +184,7 @@ class PackedBatch(dict):
 def _tensor_field(base: np.ndarray, spec: tuple) -> torch.Tensor:
     _, offset, dtype, shape, permute = spec
     dt = np.dtype(dtype)
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     arr = base[offset:offset + count * dt.itemsize].view(dt).reshape(shape)
     t = torch.from_numpy(arr)
     return t.permute(*permute) if permute else t
@@ -340,7 +341,7 @@ class PackWriter:
         """Declare an array field; the pack's tensor is `from_numpy(array).permute(*permute)`."""
         dt = np.dtype(dtype)
         shape = tuple(int(x) for x in shape)
-        offset = self._place(int(np.prod(shape, dtype=np.int64)) * dt.itemsize)
+        offset = self._place(math.prod(shape) * dt.itemsize)
         self._specs[name] = ("tensor", offset, dt.str, shape, tuple(permute) if permute else None)
 
     def add_bytes(self, name: str, sizes: list[int]) -> None:
@@ -365,7 +366,7 @@ class PackWriter:
             if spec[0] == "tensor":
                 _, offset, dtype, shape, _ = spec
                 dt = np.dtype(dtype)
-                count = int(np.prod(shape, dtype=np.int64))
+                count = math.prod(shape)
                 self._arrays[name] = base[offset:offset + count * dt.itemsize].view(dt).reshape(shape)
             else:
                 self._arrays[name] = _bytes_field(base, spec)
