@@ -137,7 +137,7 @@ class TreeMemory:
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _tree(self) -> list[int]:
-        from vlmdata.tune.memory import child_pids
+        from vlmdata.tune import child_pids
 
         out, todo = [], [self.pid]
         while todo:
@@ -147,7 +147,7 @@ class TreeMemory:
         return out
 
     def _loop(self) -> None:
-        from vlmdata.tune.memory import read_proc_mem
+        from vlmdata.tune import read_proc_mem
 
         while not self._stop.wait(self.interval):
             total = 0
