@@ -12,6 +12,9 @@
 #   dali-mixed   DaliGpuStage with device="mixed": fixed and dynamic packs on the GPU, bf16, a corrupt
 #                JPEG costs one image; pixels match the DALI-CPU stage within tolerance
 #   bench        tools/bench_decode.py --require-gpu: DALI mixed images/s next to DALI-CPU and Pillow
+#   loader-gpu   tools/bench_gpu_loader.py: the memmap path's host-to-device rate (pinned and straight from
+#                the packs' shared memory, next to a plain 256 MiB H2D copy) and DALI mixed decode images/s
+#                end to end (tar shards, defer_decode, DaliGpuStage in the training process)
 #   attention    pipelines.attention: each CUDA varlen backend equals the reference (if pipelines/ exists)
 #   train        a few steps of pipelines.train under torchrun, fixed and dynamic images (if present);
 #                the images must be decoded by DaliGpuStage in the training process (--decode-stage
@@ -166,6 +169,10 @@ bench_step() {
     "$PY" tools/bench_decode.py $REQUIRE_GPU --samples 200 --threads "1,$(nproc)" --rounds 2 \
         --out "$OUT/bench-decode-gpu.md" && cat "$OUT/bench-decode-gpu.md"
 }
+loader_gpu_step() {
+    "$PY" tools/bench_gpu_loader.py --device "$LOADER_DEVICE" --samples 300 --epochs 3 \
+        --cache "$OUT/corpus" --out "$OUT/bench-gpu-loader.md"
+}
 attention_step() {
     "$PY" - "$ATTN_DEVICE" <<'EOF'
 import sys, torch
@@ -221,20 +228,21 @@ EOF
     done
     return $rc
 }
-MIXED=mixed REQUIRE_GPU=--require-gpu ATTN_DEVICE=cuda DECODE_STAGE=auto
+MIXED=mixed REQUIRE_GPU=--require-gpu ATTN_DEVICE=cuda DECODE_STAGE=auto LOADER_DEVICE=cuda
 if [ "${GPU_CHECK_DRY:-0}" = 1 ] && [ "$HAVE_GPU" = 0 ]; then
     echo "GPU_CHECK_DRY=1: running the GPU steps on the CPU (script self-test)"
-    MIXED=cpu REQUIRE_GPU="" ATTN_DEVICE=cpu DECODE_STAGE=dali-cpu
+    MIXED=cpu REQUIRE_GPU="" ATTN_DEVICE=cpu DECODE_STAGE=dali-cpu LOADER_DEVICE=cpu
 fi
 if [ "$HAVE_GPU" = 1 ] || [ "$MIXED" = cpu ]; then
     run_step dali-mixed "DALI mixed decode failed" mixed_step
     run_step bench "decode benchmark failed" bench_step
+    run_step loader-gpu "GPU loader benchmark failed" loader_gpu_step
     if [ -f pipelines/attention.py ]; then run_step attention "varlen attention check failed" attention_step
     else skip attention "pipelines/attention.py not present"; fi
     if [ -f pipelines/train.py ] && [ -f pipelines/corpus.py ]; then run_step train "training steps failed" train_step
     else skip train "pipelines/train.py not present"; fi
 else
-    for s in dali-mixed bench attention train; do skip "$s" "needs an NVIDIA GPU"; done
+    for s in dali-mixed bench loader-gpu attention train; do skip "$s" "needs an NVIDIA GPU"; done
 fi
 
 # ---- summary ------------------------------------------------------------------------------
@@ -243,6 +251,9 @@ fail=0
 for i in "${!NAMES[@]}"; do
     printf '%-11s %-5s %5ss  %s\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}" "${DETAIL[$i]}"
     [ "${STATUS[$i]}" = FAIL ] && fail=1
+done
+for f in "$OUT/bench-decode-gpu.md" "$OUT/bench-gpu-loader.md"; do
+    [ -f "$f" ] && { echo; echo "--- $(basename "$f") (rows for BENCHMARKS.md)"; grep '^|' "$f"; }
 done
 if [ "$HAVE_GPU" = 0 ]; then
     if [ "$MIXED" = cpu ]; then echo "RESULT: FAIL - no usable NVIDIA GPU (GPU steps ran on the CPU: GPU_CHECK_DRY=1)"

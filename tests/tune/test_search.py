@@ -107,3 +107,11 @@ def test_more_workers_than_cpus_only_when_clearly_faster(over_gain, expected):
         assert "more workers than the 2 CPUs not chosen" in res.reason
     assert res.confidence.startswith(res.settings.label())
     assert "best other worker count" in res.confidence and "consumer load of 1 CPU" in res.reason
+
+
+def test_more_workers_than_cpus_not_tried_when_the_cpus_gain_nothing():
+    spec = SyntheticSpec(item_s=0.02, knee=1, contention=1.0)           # flat from 1 worker on
+    runner = ModelRunner(spec)
+    res = tune(runner=runner, budget=BIG, config=TuneConfig(cpu_count=2))
+    assert max(s.num_workers for s in runner.seen) == 2
+    assert "3 workers not tried" in res.reason and res.settings.num_workers == 1

@@ -93,7 +93,7 @@ def prepare_sample(key: str, tokens: np.ndarray, images: list, sizes: list[tuple
     return PreparedSample(key, exp_ids, labels, list(images), list(sizes)), truncated
 
 
-def _declare_images(out: PackWriter, parts: list[PreparedSample], cfg: CollateConfig) -> None:
+def declare_images(out: PackWriter, parts: list[PreparedSample], cfg: CollateConfig) -> None:
     images = [im for s in parts for im in s.images]
     if cfg.defer_decode:
         out.add_bytes("image_bytes", [memoryview(im).nbytes for im in images])
@@ -111,7 +111,7 @@ def _declare_images(out: PackWriter, parts: list[PreparedSample], cfg: CollateCo
     out.add("pixel_values", np.uint8, (len(images), s, s, 3), permute=(0, 3, 1, 2))   # channels_last
 
 
-def _fill_images(arrays: dict, parts: list[PreparedSample], cfg: CollateConfig) -> None:
+def fill_images(arrays: dict, parts: list[PreparedSample], cfg: CollateConfig) -> None:
     images = [im for s in parts for im in s.images]
     if cfg.defer_decode:
         for dst, im in zip(arrays["image_bytes"], images):
@@ -150,14 +150,14 @@ def collate_pack(samples: list[PreparedSample], cfg: CollateConfig, stats: Stats
     for name in ("input_ids", "labels", "position_ids"):
         out.add(name, np.int64, (total,))
     out.add("cu_seqlens", np.int32, (len(cu),))
-    _declare_images(out, parts, cfg)
+    declare_images(out, parts, cfg)
     a = out.allocate()
     np.concatenate([s.ids for s in parts], out=a["input_ids"])
     np.concatenate([s.labels for s in parts], out=a["labels"])
     np.subtract(np.arange(total, dtype=np.int64), np.repeat(cu[:-1].astype(np.int64), lengths),
                 out=a["position_ids"])
     a["cu_seqlens"][:] = cu
-    _fill_images(a, parts, cfg)
+    fill_images(a, parts, cfg)
     batch = out.finish({"max_seqlen": int(lengths.max()), "sample_keys": [s.key for s in samples]})
     stats.samples += len(samples)
     stats.images += sum(len(s.images) for s in samples)
@@ -177,7 +177,7 @@ def collate_bucket(samples: list[PreparedSample], cfg: CollateConfig, stats: Sta
     for name in ("input_ids", "labels", "attention_mask", "position_ids"):
         out.add(name, np.int64, (b, longest))
     out.add("lengths", np.int32, (b,))
-    _declare_images(out, parts, cfg)
+    declare_images(out, parts, cfg)
     a = out.allocate()
     ids, labels, mask, pos = a["input_ids"], a["labels"], a["attention_mask"], a["position_ids"]
     ids[:] = cfg.pad_token_id
@@ -191,7 +191,7 @@ def collate_bucket(samples: list[PreparedSample], cfg: CollateConfig, stats: Sta
         mask[i, :n] = 1 if real else 0
         pos[i, :n] = np.arange(n)
     a["lengths"][:] = lengths
-    _fill_images(a, parts, cfg)
+    fill_images(a, parts, cfg)
     batch = out.finish({"max_seqlen": longest, "sample_keys": [s.key for s in samples]})
     stats.samples += len(samples)
     stats.images += sum(len(s.images) for s in samples)

@@ -31,13 +31,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 from vlmdata.cache.fetch import DirectFetcher, RetryPolicy, ShardRef
 from vlmdata.decode.policy import FixedPolicy, ImagePolicy, make_policy
 from vlmdata.errors import CorruptShardError, FetchError, ShardReadError, Skip
-from vlmdata.loading.collate import (
-    CollateConfig,
-    PreparedSample,
-    collate_bucket,
-    collate_pack,
-    prepare_sample,
-)
+from vlmdata.loading.collate import CollateConfig
+from vlmdata.loading.pack_build import build_pack
 from vlmdata.loading.shard_source import Source, open_source
 from vlmdata.metrics.counts import StatsDelta, take_fetch_stats
 from vlmdata.plan.assign import rank_packs
@@ -416,21 +411,8 @@ class VLMDataset(IterableDataset):
             except (ValueError, OSError, KeyError, IndexError) as exc:
                 log.warning("skipping sample %d: %s", gid, exc)
                 stats.skipped[Skip.BAD_SAMPLE] += 1
-        prepared: list[PreparedSample] = []
         decoded = self._decode(records, stats)
-        for rec, images in zip(records, decoded):
-            if images is None:
-                continue
-            try:
-                sample, truncated = prepare_sample(rec.key, rec.tokens, images, rec.sizes, self.collate_config)
-            except ValueError as exc:
-                log.warning("skipping sample %s: %s", rec.key, exc)
-                stats.skipped[Skip.BAD_SAMPLE] += 1
-                continue
-            stats.truncated += int(truncated)
-            prepared.append(sample)
-        collate = collate_pack if self.plan_options.mode == "pack" else collate_bucket
-        batch = collate(prepared, self.collate_config, stats)
+        batch = build_pack(records, decoded, self.collate_config, stats, self.plan_options.mode)
         if self._fetcher is not None:                 # in-worker cache counts since the last pack
             stats.merge(take_fetch_stats(self._fetcher))
         batch["stats"] = stats.to_dict()

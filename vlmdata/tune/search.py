@@ -262,6 +262,10 @@ class AdaptiveSearch:
         best: Candidate | None = None
         extended = False
         for w in self.space.worker_ladder():
+            if w > self.space.cpu_count and self._flat_at_cpus():
+                self.notes.append(f"{w} workers not tried: {self.space.cpu_count} gained nothing over fewer "
+                                  "(more workers than CPUs could only add contention)")
+                return
             c = self.measure(self.base(w), "workers", early=False)
             if c.failed:
                 self.notes.append(f"{w} workers {c.runs[-1].error}: stopped growing")
@@ -279,6 +283,19 @@ class AdaptiveSearch:
                 extended = True          # inconclusive (noisy): one more step before giving up
             if w >= 1 and (best is None or r > best.rate(self.objective)):
                 best = c
+
+    def _flat_at_cpus(self) -> bool:
+        """True when `cpu_count` workers measured no faster than fewer (within min_gain, with little noise):
+        more workers than CPUs could then only add contention."""
+        top = self.candidates.get(self.base(self.space.cpu_count))
+        fewer = [c for s, c in self.candidates.items()
+                 if s == self.base(s.num_workers) and 1 <= s.num_workers < self.space.cpu_count and not c.failed]
+        if top is None or top.failed or not fewer:
+            return False
+        best = max(fewer, key=lambda c: c.rate(self.objective))
+        obj = self.objective
+        return (top.rate(obj) <= best.rate(obj) * (1 + self.cfg.min_gain)
+                and top.rel_noise(obj) < self.cfg.min_gain / 2 and best.rel_noise(obj) < self.cfg.min_gain / 2)
 
     def refine_workers(self) -> None:
         while True:
