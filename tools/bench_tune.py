@@ -90,8 +90,7 @@ class Comparison:
                        f"({lb}: {b:.1f}/s vs {la}: {a:.1f}/s)")
         elif self.verify:
             out.append("- the tuner picked the sweep's best setting")
-        out.append(f"- tuner's reason: {self.tuned.reason}")
-        out.append(f"- tuner's confidence: {self.tuned.confidence}")
+        out.append(f"- tuner's reason (with its confidence): {self.tuned.reason}")
         over = [m for m in self.sweep if m.settings.num_workers > self.cpus and m.error is None]
         if over:
             top = max(over, key=lambda m: m.rate(self.objective))

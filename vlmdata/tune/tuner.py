@@ -64,9 +64,10 @@ def tune(dataset=None, *, runner: PipelineRunner | None = None, budget: TuneBudg
     if chosen is None:
         raise RuntimeError(f"auto-tuning found no usable loader setting: {reason}; "
                            "raise the memory budget or set num_workers explicitly")
-    return TuneResult(settings=chosen.settings, reason=reason, objective=search.objective,
-                      measurements=search.measurements, cpu_count=cpus, memory_budget=memory,
-                      elapsed_s=time.perf_counter() - t0, confidence=search.confidence(chosen),
+    confidence = search.confidence(chosen)
+    return TuneResult(settings=chosen.settings, reason=f"{reason}; confidence: {confidence}",
+                      objective=search.objective, measurements=search.measurements, cpu_count=cpus,
+                      memory_budget=memory, elapsed_s=time.perf_counter() - t0, confidence=confidence,
                       consumer_cores=cfg.consumer_cores)
 
 
@@ -131,8 +132,6 @@ def format_table(result: TuneResult) -> str:
     lines.append(f"choice{src}: {result.settings.label()}  [objective {obj}/s, {result.cpu_count} CPUs, "
                  f"memory budget {result.memory_budget / 2**20:.0f} MiB, search {result.elapsed_s:.1f}s]")
     lines.append(f"reason: {result.reason}")
-    if result.confidence:
-        lines.append(f"confidence: {result.confidence}")
     lines.append(f"(noise: relative standard error of a run's rate over 5 time slices; cons: CPUs the consumer "
                  f"load got, of {result.consumer_cores:g} asked)")
     return "\n".join(lines)
