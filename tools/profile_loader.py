@@ -15,8 +15,8 @@ a timer around each stage, in the order the dataset runs them:
     decode    the JPEG's DCT-scaled decode (TurboJPEG, the scale `decoder="auto"` picks)
     resize    the resize to S x S and the RGB conversion after it (decode + resize = the
               decoder's `decode_one`, checked to give the same pixels)
-    prepare   placeholder expansion, labels, truncation (`prepare_sample`)
-    collate   the PackedBatch tensors (`collate_pack`)
+    pack      placeholder expansion, labels, position ids and the pixels copied into the pack's buffer
+              (`build_pack`: what `prepare_sample` + `collate_pack` did per sample, for the whole pack)
     ipc       handing the pack to the main process: `ForkingPickler.dumps` in the worker
               (moves tensors that are not in shared memory there) plus `pickle.loads` in the
               main process (maps them)
@@ -53,9 +53,8 @@ from vlmdata.decode import make_decoder, scale_for  # noqa: E402
 from vlmdata.loading import (  # noqa: E402
     DatasetOptions,
     VLMDataset,
-    collate_pack,
+    build_pack,
     make_loader,
-    prepare_sample,
     set_shared_packs,
 )
 from vlmdata.metrics import StatsDelta  # noqa: E402
@@ -63,7 +62,7 @@ from vlmdata.plan import rank_packs  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
 from vlmdata.testing import bench_corpus  # noqa: E402
 
-STAGES = ("fetch", "index", "slice", "decode", "resize", "prepare", "collate", "ipc")
+STAGES = ("fetch", "index", "slice", "decode", "resize", "prepare", "collate", "pack", "ipc")
 
 
 class Clock:
@@ -149,7 +148,7 @@ def _stages(ds, fetcher, decoder, check: int) -> dict:
             clock.start("slice")
             records.append(reader(int(cols["local"][gid])))
             clock.stop()
-        prepared = []
+        decoded = []
         for rec in records:
             ims = []
             for data, (w, h) in zip(rec.images, rec.sizes):
@@ -166,12 +165,9 @@ def _stages(ds, fetcher, decoder, check: int) -> dict:
                     assert np.array_equal(arr, decoder.decode_one(data, tw, th)), "split decode differs"
                     checked += 1
                 ims.append(arr)
-            clock.start("prepare")
-            s, _ = prepare_sample(rec.key, rec.tokens, ims, rec.sizes, ds.collate_config)
-            clock.stop()
-            prepared.append(s)
-        clock.start("collate")
-        batch = collate_pack(prepared, ds.collate_config, StatsDelta())
+            decoded.append(ims)
+        clock.start("pack")
+        batch = build_pack(records, decoded, ds.collate_config, StatsDelta(), ds.plan_options.mode)
         clock.stop()
         batch["stats"] = {"images": len(batch.get("pixel_values", []))}
         clock.start("ipc")
@@ -179,8 +175,8 @@ def _stages(ds, fetcher, decoder, check: int) -> dict:
         clock.stop()
         assert got["input_ids"].shape == batch["input_ids"].shape
         del got, batch
-        images += sum(len(s.images) for s in prepared)
-        samples += len(prepared)
+        images += sum(len(ims) for ims in decoded)
+        samples += len(decoded)
         packs += 1
     return {"cpu": dict(clock.cpu), "wall": dict(clock.wall), "images": images, "samples": samples, "packs": packs,
             "decoder": decoder.name}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import pickle
 from multiprocessing.reduction import ForkingPickler
 
@@ -24,7 +25,7 @@ def _pack(value: int, images: int = 3, shared: bool | None = None):
     a = w.allocate()
     a["input_ids"][:] = value
     a["pixel_values"][:] = value % 251
-    return w.finish({"value": value, "sample_keys": [f"k{value}"]})
+    return w.finish({"value": value, "sample_keys": [f"k{value}"], "pid": os.getpid()})
 
 
 class Packs(IterableDataset):
@@ -56,9 +57,10 @@ def _loader(ds, workers=2, **kw):
 
 @pytest.mark.skipif(not sp.shared_memory_available(), reason="needs memfd (Linux)")
 def test_worker_packs_cross_without_a_copy_and_buffers_are_reused():
-    seen = 0
+    seen, pids = 0, set()
     for b in _loader(Packs(40)):
         v = b["value"]
+        pids.add(b["pid"])
         assert isinstance(b, sp.PackedBatch) and int(b["input_ids"][0]) == v
         px = b["pixel_values"]
         assert px.shape == (1 + v % 4, 3, S, S) and px.is_contiguous(memory_format=torch.channels_last)
@@ -71,7 +73,8 @@ def test_worker_packs_cross_without_a_copy_and_buffers_are_reused():
         del b, px
     assert seen == 40
     # the pool was reused: each worker sent its few buffers' descriptors once, not one per pack
-    assert 0 < len(sp._KNOWN) <= 2 * 4, len(sp._KNOWN)
+    ours = [k for k in sp._KNOWN if int(k.split("-", 1)[0]) in pids]
+    assert len(pids) == 2 and 0 < len(ours) <= 2 * 4, ours
 
 
 @pytest.mark.skipif(not sp.shared_memory_available(), reason="needs memfd (Linux)")
