@@ -208,7 +208,7 @@ def llava_folder(path: Path, words: list[str] | None = None) -> Path:
     tok.pre_tokenizer = None
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
                                      decoders.Strip(" ", 1, 0)])
-    corpus = words or ["USER: what is in the picture? ASSISTANT: a red box on a table, naïve café ☕ 東京 Привет",
+    corpus = words or ["USER: what is in the picture? ASSISTANT: a red box on a table. naïve café ☕ 東京 Привет!",
                        "describe the scene in detail please, the quick brown fox jumps over the lazy dog"] * 20
     trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<unk>", "<s>", "</s>"],
                                   initial_alphabet=[f"<0x{b:02X}>" for b in range(256)], show_progress=False)
