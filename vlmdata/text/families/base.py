@@ -113,6 +113,16 @@ def _post_processor(tok, cfg: dict, bos: str | None, eos: str | None) -> None:
     tok.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
 
 
+def _token_at(enc, pos: int, stop: int, step: int) -> int | None:
+    """The token holding character `pos`, else the next character's (towards `stop`) that one token holds."""
+    while pos != stop:
+        t = enc.char_to_token(pos)
+        if t is not None:
+            return t
+        pos += step
+    return None
+
+
 class ModelFamily:
     """Base class; a subclass names its family, recognises its folders and gives its vision constants."""
 
@@ -257,17 +267,14 @@ class ModelFamily:
             return ValueError(f"the rendered text holds {found} image tokens for {n_images} images")
         if mode == "all":
             out[1] = 1
-        elif spans:
-            off = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
-            starts, ends = off[:, 0], off[:, 1]
-            loss = out[1]
+        else:
             for a, b in spans:
-                inside = np.flatnonzero((starts < b) & (ends > a))
-                if not len(inside):
+                first, last = _token_at(enc, a, b, 1), _token_at(enc, b - 1, a - 1, -1)
+                if first is None or last is None or last < first:
                     continue
-                loss[inside[0]:inside[-1] + 1] = 1
-                nxt = inside[-1] + 1
-                if nxt < len(ids) and int(ids[nxt]) in self.eot_ids and starts[nxt] >= b:
-                    loss[nxt] = 1
+                out[1][first:last + 1] = 1
+                nxt = last + 1
+                if nxt < len(ids) and int(ids[nxt]) in self.eot_ids and (enc.token_to_chars(nxt) or (b,))[0] >= b:
+                    out[1][nxt] = 1
         out[1][ids == self.image_token_id] = 0
         return out
