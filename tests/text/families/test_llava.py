@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.models import llava_processor, reference_conversations, samples_of, write_reference_rows
+from tests.helpers.models import llava_processor, samples_of, write_reference_rows
 from vlmdata import ShardConfig, VLMDataset, shard_dataset
 from vlmdata.errors import ConfigError
 from vlmdata.testing.model_folders import llava_folder
