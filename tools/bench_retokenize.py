@@ -22,9 +22,8 @@ import time
 from pathlib import Path
 
 from vlmdata import ShardConfig, shard_dataset
-from vlmdata.formats.manifest import Manifest
-from vlmdata.formats.sample_index import SampleIndex
-from vlmdata.ingest import retokenize as retok
+from vlmdata.formats import Manifest, SampleIndex
+from vlmdata.ingest import RetokenizeConfig, retokenize_dataset
 from vlmdata.sysinfo import cpu_model
 from vlmdata.testing import llava_folder, qwen2_vl_folder, require_gen_raw
 
@@ -48,16 +47,8 @@ def main() -> None:
     shard_dataset(ShardConfig(inputs=[str(raw)], output=str(out / "reshard"), tokenizer=str(llava),
                               workers=args.workers, max_samples_per_shard=250, fsync=False))
     reshard = time.perf_counter() - t0
-    ranges: list = []
-    real = retok.RangeReader.read
-
-    def counting(self, starts, ends):
-        ranges.append((self.url.rsplit("/", 1)[-1], list(zip(starts, ends))))
-        return real(self, starts, ends)
-
-    retok.RangeReader.read = counting
     t0 = time.perf_counter()
-    result = retok.retokenize(retok.RetokenizeConfig(dataset=str(out / "ds"), tokenizer=str(llava), view="llava",
+    result = retokenize_dataset(RetokenizeConfig(dataset=str(out / "ds"), tokenizer=str(llava), view="llava",
                                                      workers=0 if args.workers <= 1 else args.workers, fsync=False))
     retokenize_s = time.perf_counter() - t0
     manifest = Manifest.load(str(out / "ds"))
@@ -66,7 +57,7 @@ def main() -> None:
     for s in manifest.shards:
         ix = SampleIndex.load(str(out / "ds" / s.index))
         images[s.name] = list(zip(ix.img_offset.tolist(), (ix.img_offset + ix.img_size).tolist()))
-    for name, rs in ranges:
+    for name, rs in result.ranges.items():
         for a, b in rs:
             image_bytes_read += sum(max(0, min(b, e) - max(a, s)) for s, e in images[name])
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores (shared with other engineers' jobs: loaded), "

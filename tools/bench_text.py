@@ -30,9 +30,12 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from vlmdata.sysinfo import cpu_model  # noqa: E402
-from vlmdata.testing import image_and_word_counts, qwen2_vl_folder  # noqa: E402
-from vlmdata.testing.corpus import GEN_RAW_WORDS  # noqa: E402
-from vlmdata.text.conversation import Conversation  # noqa: E402
+from vlmdata.testing import (  # noqa: E402
+    GEN_RAW_WORDS,  # noqa: E402
+    image_and_word_counts,
+    qwen2_vl_folder,
+)
+from vlmdata.text import Conversation  # noqa: E402
 from vlmdata.text.families import load_family  # noqa: E402
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vlmdata.testing.model_folders import ModelFilesUnavailable, default_cache, qwen2_vl_folder
+from vlmdata.testing import ModelFilesUnavailable, default_cache, qwen2_vl_folder
 
 # Reference-corpus images: small to large, odd aspect ratios, so smart_resize rounds, scales up and down.
 IMAGE_SIZES = [(640, 480), (100, 30), (1200, 900), (57, 223), (300, 300), (777, 431), (28, 28), (2000, 60)]

@@ -13,9 +13,8 @@ from PIL import Image
 
 from vlmdata import ShardConfig, shard_dataset
 from vlmdata.errors import ConfigError, RowProblem, Skip
-from vlmdata.ingest.layouts import parse_columns
-from vlmdata.ingest.records import ColumnSpec, normalize
-from vlmdata.testing.model_folders import chatml_folder
+from vlmdata.ingest import ColumnSpec, normalize, parse_columns
+from vlmdata.testing import chatml_folder
 from vlmdata.text.families import load_family
 
 

@@ -11,11 +11,10 @@ from tests.helpers.models import samples_of, write_reference_rows
 from vlmdata import ShardConfig, VLMDataset, shard_dataset
 from vlmdata.cli import main
 from vlmdata.errors import ConfigError
-from vlmdata.formats.manifest import Manifest
-from vlmdata.formats.sample_index import SampleIndex
+from vlmdata.formats import Manifest, SampleIndex
+from vlmdata.ingest import RetokenizeConfig, retokenize_dataset
 from vlmdata.ingest import retokenize as retok_module
-from vlmdata.ingest.retokenize import RetokenizeConfig, retokenize
-from vlmdata.testing.model_folders import chatml_folder, llava_folder
+from vlmdata.testing import chatml_folder, llava_folder
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +51,7 @@ def test_retokenized_view_equals_sharding_with_that_model_and_reads_no_image_byt
         return real(self, starts, ends)
 
     monkeypatch.setattr(retok_module.RangeReader, "read", spy)
-    result = retokenize(RetokenizeConfig(dataset=str(tmp_path / "a"), tokenizer=str(llava), view="llava", workers=0))
+    result = retokenize_dataset(RetokenizeConfig(dataset=str(tmp_path / "a"), tokenizer=str(llava), view="llava", workers=0))
     assert result.encoded == result.samples == 7 and result.skipped == {}
     # only the .json members were read: no byte of any image member
     manifest = Manifest.load(str(tmp_path / "a"))
@@ -85,7 +84,7 @@ def test_mixing_views_of_different_tokenizers_is_a_clear_error(folders, rows, tm
         shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / name), tokenizer=str(model), workers=0))
     with pytest.raises(ConfigError, match="tokenizer files or vision settings differ"):
         VLMDataset([(str(tmp_path / "a"), 1.0), (str(tmp_path / "b"), 1.0)])
-    retokenize(RetokenizeConfig(dataset=str(tmp_path / "b"), tokenizer=str(qwen), workers=0))   # view "qwen-small"
+    retokenize_dataset(RetokenizeConfig(dataset=str(tmp_path / "b"), tokenizer=str(qwen), workers=0))   # view "qwen-small"
     mixed = VLMDataset([(str(tmp_path / "a"), 1.0), (str(tmp_path / "b"), 1.0)], max_tokens=1 << 16, max_images=64,
                        text_view="qwen-small")
     assert mixed.model_family.name == "qwen2_vl"

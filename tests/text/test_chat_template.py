@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vlmdata.text.chat_template import ChatTemplate, TemplateError
+from vlmdata.text import ChatTemplate, TemplateError
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")

@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from vlmdata.cli.options import parse_storage_options, run_with_progress
-from vlmdata.ingest.retokenize import RetokenizeConfig, retokenize
+from vlmdata.ingest.retokenize import RetokenizeConfig, retokenize_dataset
 
 
 def register(subparsers) -> None:
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = RetokenizeConfig(dataset=args.dataset, tokenizer=args.tokenizer, view=args.view, train_on=args.train_on,
                            family=args.family, workers=args.workers, make_default=args.default,
                            overwrite=args.overwrite, storage_options=so, fsync=not args.no_fsync)
-    result, dt = run_with_progress(lambda update: retokenize(cfg, (lambda n: update(n, n)) if update else None))
+    result, dt = run_with_progress(lambda update: retokenize_dataset(cfg, (lambda n: update(n, n)) if update else None))
     if result is None:
         return 2
     skipped = ", ".join(f"{k}={v}" for k, v in result.skipped.items()) or "none"

@@ -39,7 +39,7 @@ from vlmdata.text.chat_template import TemplateError
 from vlmdata.text.conversation import Conversation, messages_from_turns
 from vlmdata.text.encoder import load_text_encoder
 
-__all__ = ["RangeReader", "RetokenizeConfig", "RetokenizeResult", "retokenize"]
+__all__ = ["RangeReader", "RetokenizeConfig", "RetokenizeResult", "retokenize_dataset"]
 
 log = logging.getLogger(__name__)
 _TRAILER = struct.Struct("<8sQ")
@@ -70,6 +70,7 @@ class RetokenizeResult:
     skipped: dict[str, int]
     bytes_read: int
     seconds: float
+    ranges: dict[str, list[tuple[int, int]]] = field(default_factory=dict)   # shard -> byte ranges read from it
 
 
 class RangeReader:
@@ -195,10 +196,10 @@ def _run_shard(task: _Task) -> dict:
                               task.fsync)
     return {"shard": info["name"], "samples": len(convs), "encoded": len(convs) - sum(skipped.values()),
             "skipped": skipped, "examples": examples, "text_tokens": vt.text_tokens(ix.n_images.astype(np.int64)),
-            "bytes_read": reader.bytes_read + index_bytes, "seconds": time.perf_counter() - t0}
+            "bytes_read": reader.bytes_read + index_bytes, "ranges": reader.ranges, "seconds": time.perf_counter() - t0}
 
 
-def retokenize(cfg: RetokenizeConfig, progress: Callable[[int], None] | None = None) -> RetokenizeResult:
+def retokenize_dataset(cfg: RetokenizeConfig, progress: Callable[[int], None] | None = None) -> RetokenizeResult:
     """Add the text view of `cfg.tokenizer` to `cfg.dataset` (see the module docstring)."""
     t0 = time.perf_counter()
     so = cfg.storage_options
@@ -260,4 +261,5 @@ def retokenize(cfg: RetokenizeConfig, progress: Callable[[int], None] | None = N
         manifest.tokenizer = identity
     manifest.save(cfg.dataset, so)
     return RetokenizeResult(manifest=manifest, view=name, samples=samples, encoded=encoded, skipped=skipped,
-                            bytes_read=sum(r["bytes_read"] for r in results), seconds=seconds)
+                            bytes_read=sum(r["bytes_read"] for r in results), seconds=seconds,
+                            ranges={r["shard"]: r["ranges"] for r in results})

@@ -9,7 +9,7 @@ import pytest
 from tests.helpers.models import llava_processor, samples_of, write_reference_rows
 from vlmdata import ShardConfig, VLMDataset, shard_dataset
 from vlmdata.errors import ConfigError
-from vlmdata.testing.model_folders import llava_folder
+from vlmdata.testing import llava_folder
 from vlmdata.text.families import load_family
 
 

@@ -16,7 +16,7 @@ from tests.helpers.models import (
     write_reference_rows,
 )
 from vlmdata import ShardConfig, VLMDataset, shard_dataset
-from vlmdata.text.conversation import Conversation
+from vlmdata.text import Conversation
 from vlmdata.text.families import load_family
 
 
