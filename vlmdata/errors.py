@@ -110,7 +110,8 @@ class Skip:
     MISSING_TEXT = "missing_text"
     MISSING_IMAGE_REF = "missing_image_ref"
     BAD_IMAGE_REF = "bad_image_ref"
-    MARKER_MISMATCH = "marker_mismatch"        # <image> markers != number of images
+    MARKER_MISMATCH = "marker_mismatch"        # <image> markers (or image tokens) != number of images
+    TEMPLATE_ERROR = "template_error"          # the model's chat template rejects the conversation
     DUPLICATE_KEY = "duplicate_key"
     # images (vlmdata shard / vlmdata index)
     EMPTY_FILE = "empty_file"

@@ -11,4 +11,6 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "CrcFile": "shard_writer",
     "CountingReader": "tar_scan", "scan_tar": "tar_scan",
     "TarShardWriter": "tar_writer", "member_bytes": "tar_writer",
+    "VIEWS_DIR": "text_view", "ViewTokens": "text_view", "check_view_name": "text_view",
+    "read_view_sample": "text_view", "view_planning_name": "text_view", "view_shard_name": "text_view",
 })

@@ -253,6 +253,9 @@ def index_shard(task: _ShardTask) -> dict:
 def index_dataset(cfg: IndexConfig, progress=None) -> Manifest:
     """Index every shard under `cfg.root` and write the manifest; returns it."""
     t0 = time.perf_counter()
+    if cfg.tokenizer and os.path.isdir(cfg.tokenizer):
+        raise ConfigError(f"{cfg.tokenizer} is a model folder: index the shards without --tokenizer, then add the "
+                          f"model's text view with `vlmdata retokenize {cfg.root} --tokenizer {cfg.tokenizer}`")
     try:
         tokenizer = load_tokenizer(cfg.tokenizer)
     except (OSError, ValueError, ImportError) as exc:

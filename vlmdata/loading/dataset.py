@@ -39,9 +39,11 @@ from vlmdata.loading.collate import (
     prepare_sample,
 )
 from vlmdata.loading.shard_source import Source, open_source
+from vlmdata.loading.text_views import check_text_views, choose_policy
 from vlmdata.metrics.counts import StatsDelta, take_fetch_stats
 from vlmdata.plan.assign import rank_packs
 from vlmdata.plan.epoch import Corpus, EpochPlanner, PlanOptions
+from vlmdata.text.families.base import FamilySpec
 
 log = logging.getLogger(__name__)
 STATE_VERSION = 1
@@ -119,11 +121,16 @@ class VLMDataset(IterableDataset):
         TurboJPEG when simplejpeg is installed, else Pillow, unless a measurement recorded otherwise).
     `cache`: None (direct reads) or a picklable object whose `.open()` gives a ShardFetcher,
         called once in each worker process.
+    `image_size`: None (default) takes the image policy of the dataset's model family (a dataset
+        sharded with `--tokenizer MODEL_DIR`), else 336 px fixed.
+    `text_view`: the text view to read (`vlmdata retokenize` adds views); None: each dataset's default.
+        Mixed datasets must share the view's tokenizer identity.
     """
 
     def __init__(self, source, seed: int = 0, max_tokens: int = 8192, max_images: int = 16,
-                 image_size: int | ImagePolicy = 336, rank: int | None = None, world_size: int | None = None,
-                 decoder: str = "auto", cache=None, options: DatasetOptions | None = None):
+                 image_size: int | ImagePolicy | None = None, rank: int | None = None, world_size: int | None = None,
+                 decoder: str = "auto", cache=None, options: DatasetOptions | None = None,
+                 text_view: str | None = None):
         super().__init__()
         self.options = options or DatasetOptions()
         self.seed = int(seed)
@@ -132,15 +139,17 @@ class VLMDataset(IterableDataset):
         self.rank, self.world_size = _resolve_world(rank, world_size)
         so = self.options.storage_options
         specs = _sources_arg(source)
-        self.sources: list[Source] = [open_source(root, so) for root, _ in specs]
-        self.policy = make_policy(image_size)
+        self.sources: list[Source] = [open_source(root, so, text_view) for root, _ in specs]
+        self.text_view = text_view
+        self.model_family: FamilySpec | None = check_text_views(self.sources)
+        self.policy = choose_policy(image_size, self.model_family)
         self._check_sources()
         self.plan_options = PlanOptions(max_tokens=int(max_tokens), max_images=int(max_images),
                                         window_shards=self.options.window_shards, mode=self.options.mode,
                                         overlong=self.options.overlong, mix_samples=self.options.mix_samples)
         self.corpus = Corpus.build([s.columns for s in self.sources], [s.shard_sizes() for s in self.sources],
                                    [w for _, w in specs])
-        special = self.sources[0].manifest.tokenizer.get("special", {})
+        special = self.sources[0].tokenizer.get("special", {})
         self.collate_config = CollateConfig(policy=self.policy, image_token_id=int(special.get("image", 258)),
                                             pad_token_id=int(special.get("pad", 259)), max_tokens=int(max_tokens),
                                             defer_decode=self.options.defer_decode)
@@ -160,10 +169,6 @@ class VLMDataset(IterableDataset):
 
     # ---- configuration checks ---------------------------------------------------------------
     def _check_sources(self) -> None:
-        specials = {json.dumps(s.manifest.tokenizer.get("special", {}), sort_keys=True) for s in self.sources}
-        if len(specials) > 1:
-            raise ValueError("the datasets were tokenized with different tokenizers (special ids differ); "
-                             "re-shard them with one tokenizer to mix them")
         for s in self.sources:
             if s.kind == "memmap":
                 stored = make_policy(s.manifest.image_policy) if s.manifest.image_policy else None
@@ -188,6 +193,9 @@ class VLMDataset(IterableDataset):
                  .hexdigest() for s in self.sources]
         desc = {"sources": ident, "weights": weights,
                 "plan": asdict(self.plan_options), "policy": self.policy.to_dict(), "seed": self.seed}
+        views = [s.view_name for s in self.sources]
+        if any(v != "default" for v in views):   # the text view changes the packs (datasets before views: unchanged)
+            desc["views"] = views
         return hashlib.sha1(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
 
     # ---- epoch and state ------------------------------------------------------------------------

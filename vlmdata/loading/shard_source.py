@@ -37,6 +37,7 @@ from vlmdata.errors import ShardReadError
 from vlmdata.formats.manifest import PLANNING_NAME, Manifest
 from vlmdata.formats.sample import SampleRecord, TextDecoder, read_sample, text_decoder_for
 from vlmdata.formats.sample_index import SampleIndex
+from vlmdata.formats.text_view import ViewTokens, read_view_sample, view_planning_name, view_shard_name
 
 PLANNING_KEYS = ("shard", "local", "text_tokens", "n_images", "image_start", "width", "height")
 INDEX_THREADS = 16          # concurrent index reads per process (small files, latency-bound)
@@ -55,6 +56,19 @@ class Source:
     _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
     _pool_pid: int = field(default=-1, repr=False)
     _text: TextDecoder | None = field(default=None, repr=False)
+    view_name: str = "default"                 # the text view read (manifest.view)
+    view: dict = field(default_factory=dict)   # its manifest entry: tokenizer identity, where its tokens are
+    _view_tokens: dict[int, ViewTokens] = field(default_factory=dict, repr=False)
+
+    @property
+    def sidecar_view(self) -> bool:
+        """True when the view's tokens are files beside the shards (added by `vlmdata retokenize`)."""
+        return self.view.get("tokens") == "sidecar"
+
+    @property
+    def tokenizer(self) -> dict:
+        """The tokenizer identity of the view read."""
+        return self.view.get("tokenizer", self.manifest.tokenizer)
 
     @property
     def kind(self) -> str:
@@ -92,6 +106,12 @@ class Source:
         ix = SampleIndex.load(fsutil.join(self.root, info.index), self.storage_options)
         if len(ix) != info.samples:
             raise ShardReadError(f"{info.index}: {len(ix)} samples, manifest says {info.samples}")
+        if self.sidecar_view:
+            name = view_shard_name(self.view_name, info.name)
+            vt = ViewTokens.load(fsutil.join(self.root, name), self.storage_options)
+            if len(vt) != info.samples:
+                raise ShardReadError(f"{name}: {len(vt)} samples, manifest says {info.samples}")
+            self._view_tokens[s] = vt
         return ix
 
     def prefetch_indices(self, shards: Iterable[int]) -> None:
@@ -110,6 +130,7 @@ class Source:
         keep = {int(s) for s in shards}
         for s in [s for s in self._indices if s not in keep]:
             del self._indices[s]
+            self._view_tokens.pop(s, None)
 
     def _own_process(self) -> None:
         """Threads do not survive fork: a forked copy starts with no pool and no pending loads."""
@@ -121,7 +142,7 @@ class Source:
         if self.manifest.layout.get("text", "tok.npy") == "tok.npy":
             return None
         if self._text is None:
-            self._text = text_decoder_for(self.manifest.layout, self.manifest.tokenizer)
+            self._text = text_decoder_for(self.manifest.layout, self.tokenizer)
         return self._text
 
     def reader(self, s: int, data) -> Callable[[int], SampleRecord]:
@@ -137,6 +158,9 @@ class Source:
                 data = gzip.decompress(bytes(data))
             except (OSError, EOFError, zlib.error) as exc:
                 raise ShardReadError(f"shard {self.manifest.shards[s].name}: bad gzip data ({exc})") from exc
+        if self.sidecar_view:
+            vt = self._view_tokens[s]
+            return lambda i: read_view_sample(data, ix, i, vt)
         text = self.text_decoder()
         return lambda i: read_sample(data, ix, i, text_decoder=text)
 
@@ -147,6 +171,7 @@ class Source:
         state["_pool"] = None
         state["_pool_pid"] = -1
         state["_text"] = None
+        state["_view_tokens"] = {}
         return state
 
 
@@ -160,8 +185,9 @@ def load_planning(root: str, storage_options: dict | None = None) -> dict[str, n
         return {k: z[k] for k in PLANNING_KEYS}
 
 
-def open_source(root: str, storage_options: dict | None = None) -> Source:
-    """Open a dataset directory (local path or fsspec URL)."""
+def open_source(root: str, storage_options: dict | None = None, text_view: str | None = None) -> Source:
+    """Open a dataset directory (local path or fsspec URL), reading its text view `text_view`
+    (None: the dataset's default view)."""
     so = dict(storage_options or {})
     root = root.rstrip("/") if "://" in root else root
     manifest = Manifest.load(root, so)
@@ -174,4 +200,16 @@ def open_source(root: str, storage_options: dict | None = None) -> Source:
     sizes = np.asarray([s.samples for s in manifest.shards], dtype=np.int64)
     if int(sizes.sum()) != len(columns["shard"]):
         raise ValueError(f"{root}: {PLANNING_NAME} has {len(columns['shard'])} samples, manifest {int(sizes.sum())}")
-    return Source(root=root, manifest=manifest, columns=columns, storage_options=so)
+    try:
+        view_name, view = manifest.view(text_view)
+    except KeyError as exc:
+        raise ValueError(f"{root}: {exc.args[0]}") from None
+    if view.get("tokens") == "sidecar":
+        raw = fsutil.read_bytes(fsutil.join(root, view_planning_name(view_name)), so)
+        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+            text_tokens = z["text_tokens"]
+        if len(text_tokens) != len(columns["shard"]):
+            raise ValueError(f"{root}: view {view_name} plans {len(text_tokens)} samples, the dataset has "
+                             f"{len(columns['shard'])}")
+        columns = {**columns, "text_tokens": text_tokens}
+    return Source(root=root, manifest=manifest, columns=columns, storage_options=so, view_name=view_name, view=view)
