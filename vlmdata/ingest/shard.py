@@ -122,6 +122,7 @@ def _prepare_output(cfg: ShardConfig, fingerprint: dict) -> None:
         raise ConfigError(f"{cfg.output} already holds a dataset; pass --resume to continue it or use an empty output")
     if has_dataset and fsutil.exists(config_url, so):
         old = json.loads(fsutil.read_bytes(config_url, so))
+        fingerprint = json.loads(json.dumps(fingerprint))    # compared as stored (tuples are lists in JSON)
         if old != fingerprint:
             changed = sorted(k for k in fingerprint if old.get(k) != fingerprint[k])
             raise ConfigError(f"--resume with different settings than the first run ({', '.join(changed)}); "
