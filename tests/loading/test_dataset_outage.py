@@ -26,7 +26,7 @@ def test_store_outage_at_open_and_mid_epoch_loses_no_sample(tmp_path):
     root = tmp_path / "ds"
     write_dataset(str(root), samples, shard_size=4)           # 24 shards: reads all through the epoch
     with moto_s3() as so:
-        url = upload_dir(root, "data", "ds", so)
+        url = upload_dir(root, "outage-test", "ds", so)   # a bucket of its own (moto keeps state per process)
         with FlakyProxy(urlparse(so["endpoint_url"]).port) as proxy:
             # the client library's own retries are kept short, so the outage outlasts them (as a real
             # outage of minutes outlasts its default retries)
