@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from vlmdata.formats.manifest import Manifest
 from vlmdata.retry import RetryPolicy
 
-__all__ = ["ReaderWindows", "largest_shard_bytes"]
+__all__ = ["ReaderWindows", "human_bytes", "largest_shard_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,19 @@ class ReaderWindows:
 
     def describe(self, largest_shard: int, live_readers: int = 0) -> str:
         readers = max(self.workers * self.local_ranks, live_readers)
+        need = self.need(largest_shard, live_readers)
         return (f"{self.window_shards} shards per window x {readers} readers x {largest_shard} bytes "
-                f"(largest shard) = {self.need(largest_shard, live_readers)} bytes")
+                f"(largest shard) = {need} bytes ({human_bytes(need)})")
+
+
+def human_bytes(n: int) -> str:
+    """1536 -> '1.5 KiB'."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.1f} {unit}" if unit != "B" else f"{int(value)} B"
+        value /= 1024
+    return f"{n} B"
 
 
 def largest_shard_bytes(prefixes: list[str], storage_options: dict | None = None) -> int | None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from vlmdata.cache.config import CacheConfig
 from vlmdata.cache.daemon.access import DatasetAccess, TokenFile
-from vlmdata.cache.daemon.budget import ReaderWindows, largest_shard_bytes
+from vlmdata.cache.daemon.budget import ReaderWindows, human_bytes, largest_shard_bytes
 from vlmdata.cache.daemon.protocol import MAX_MESSAGE, recv_msg, ref_from_wire, send_msg
 from vlmdata.cache.keys import key_for
 from vlmdata.cache.shard_cache import ShardCache
@@ -216,11 +216,11 @@ class CacheDaemon:
         elif grew:
             text = windows.describe(self._largest_shard, live_readers)
             if need > budget:
-                log.warning("the readers' windows need %s, more than the %d-byte SSD budget: shards will be "
+                log.warning("the readers' windows need %s, more than the %s SSD budget: shards will be "
                             "fetched again or read without caching (slower, no sample is lost); raise "
-                            "--disk-bytes to at least %d", text, budget, need)
+                            "--disk-bytes to at least %d", text, human_bytes(budget), need)
             else:
-                log.info("the readers' windows need %s; the SSD budget is %d bytes", text, budget)
+                log.info("the readers' windows need %s; the SSD budget is %s", text, human_bytes(budget))
 
     # -- one connection --------------------------------------------------------------------------
     def _handler_class(self):
