@@ -114,10 +114,11 @@ class Manifest:
         fsutil.atomic_write_bytes(fsutil.join(root, MANIFEST_NAME), self.to_json().encode(), storage_options)
 
     @classmethod
-    def load(cls, root: str, storage_options: dict | None = None) -> Manifest:
+    def load(cls, root: str, storage_options: dict | None = None, retry=None) -> Manifest:
+        """Read `root`/manifest.json (with `retry`, a vlmdata.retry.RetryPolicy, transient errors are retried)."""
         url = fsutil.join(root, MANIFEST_NAME)
         try:
-            text = fsutil.read_bytes(url, storage_options).decode("utf-8")
+            text = fsutil.read_bytes(url, storage_options, retry).decode("utf-8")
         except FileNotFoundError:
             raise FileNotFoundError(f"no {MANIFEST_NAME} in {root}: run `vlmdata shard` or `vlmdata index` on it first") from None
         return cls.from_json(text)

@@ -20,9 +20,8 @@ def make_loader(ds, num_workers: int | str = 2, pin_memory: bool | None = None,
     stateful=True returns torchdata's StatefulDataLoader (state_dict / load_state_dict).
     With "auto", a `worker_init_fn` of the caller runs after the tuner's (decode threads); when the
     tuner picks 0 workers, its decode threads are applied to `ds` itself.
-    persistent_workers=True keeps each worker's copy of the dataset: `ds.set_epoch()` and
-    `ds.load_state_dict()` made later in the main process do not reach it, so make a new loader
-    per epoch (the default) unless every epoch should repeat the same order.
+    persistent_workers=True keeps the workers (and their caches) from one epoch to the next;
+    `ds.set_epoch()` and `ds.load_state_dict()` on the main process reach them through a shared value.
     Extra keyword arguments go to the DataLoader.
     """
     if num_workers == "auto":
