@@ -17,6 +17,7 @@ caught and `except VlmdataError` catches everything of ours:
     │   └── CorruptShardError             fetched bytes that fail the size or CRC check
     ├── BadKeyError (ValueError)          a cache key that could name a path outside the cache
     ├── ProtocolError (ValueError)        a malformed or oversized cache-daemon message
+    ├── AdapterError (ValueError)         a pack that does not fit a model family's forward inputs
     ├── CacheDirBusy (RuntimeError)       another process owns the cache directory
     └── OutOfTime (RuntimeError)          the tuner's time budget ran out (handled inside the tuner)
 
@@ -28,7 +29,7 @@ counters and JSON keep working with them.
 from __future__ import annotations
 
 __all__ = [
-    "BadKeyError", "CacheDirBusy", "ConfigError", "CorruptShardError", "DecodeError", "EmptyDatasetError",
+    "AdapterError", "BadKeyError", "CacheDirBusy", "ConfigError", "CorruptShardError", "DecodeError", "EmptyDatasetError",
     "FetchError", "ImageProblem", "OutOfTime", "ProtocolError", "RowProblem", "ShardReadError", "Skip",
     "SkipError", "TarFormatError", "VlmdataError",
 ]
@@ -88,6 +89,10 @@ class BadKeyError(VlmdataError, ValueError):
 
 class ProtocolError(VlmdataError, ValueError):
     """A malformed or oversized cache-daemon message."""
+
+
+class AdapterError(VlmdataError, ValueError):
+    """A pack that does not fit a model family's forward inputs (image tokens vs images, boundaries, layout)."""
 
 
 class CacheDirBusy(VlmdataError, RuntimeError):
