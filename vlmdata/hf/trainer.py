@@ -45,7 +45,9 @@ What plain `Trainer` does with packs, and what `VLMTrainer` does instead:
 
 Resuming from a Trainer checkpoint replays the epoch's plan and skips the
 packs already trained (the Trainer's `skip_first_batches`; the plan is a pure
-function of seed and epoch, so the skipped packs are the trained ones).
+function of seed and epoch, so the skipped packs are the trained ones: they are
+read again, not trained). The weights are reloaded through `from_pretrained`
+(the Trainer's own loader misses the key conversion of these models' checkpoints).
 DDP: a pack without images leaves the vision tower without gradients; the
 Trainer's default `find_unused_parameters=True` (without activation
 checkpointing) handles that.
@@ -61,6 +63,7 @@ from transformers import Trainer, TrainerCallback
 
 from vlmdata.errors import ConfigError
 from vlmdata.hf.adapter import HFBatchAdapter, take_meta
+from vlmdata.hf.model import has_weights
 from vlmdata.hf.spec import ModelSpec
 from vlmdata.loading.adapted import AdaptedDataset
 from vlmdata.loading.loader import make_loader
@@ -121,7 +124,8 @@ class VLMTrainer(Trainer):
 
     train_dataset / eval_dataset: VLMDatasets (pack mode or bucket mode).
     spec: the model family (`ModelSpec.from_folder`); or pass `adapter` directly.
-    on_pack: called with each trained pack's {"sample_keys", "stats", "state"} (logging, provenance).
+    on_pack: called with each trained pack's {"sample_keys", "stats", "state"} (logging, provenance;
+        evaluation packs are not reported).
     Other arguments are the Trainer's.
     """
 
@@ -168,9 +172,29 @@ class VLMTrainer(Trainer):
             ds = AdaptedDataset(ds, self.adapter)
         return self._pack_loader(ds)
 
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        """Resume weights through `from_pretrained`, which converts the checkpoint's keys.
+
+        transformers 5.x saves Qwen2-VL / LLaVA weights in the hub's key layout, and the Trainer's own
+        loader puts them into the model with a non-strict `load_state_dict` and no key conversion, so
+        a resumed run silently continues from the initial weights (transformers issue #43701). FSDP,
+        DeepSpeed and PEFT checkpoints keep the Trainer's own path.
+        """
+        from transformers import PreTrainedModel
+
+        target = model if model is not None else self.model
+        if (self.is_fsdp_enabled or self.is_deepspeed_enabled or not isinstance(target, PreTrainedModel)
+                or getattr(target, "peft_config", None) or not has_weights(resume_from_checkpoint)):
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        loaded = type(target).from_pretrained(resume_from_checkpoint, dtype=_param_dtype(target),
+                                              attn_implementation="eager")
+        target.load_state_dict(loaded.state_dict(), strict=True)
+        log.info("resumed model weights from %s", resume_from_checkpoint)
+        return None
+
     def compute_loss(self, model, inputs, return_outputs: bool = False, num_items_in_batch=None):
         meta = take_meta(inputs)
-        if meta:
+        if meta and model.training:
             if meta.get("stats"):
                 self.loader_stats.merge(StatsDelta.from_dict(meta["stats"]))
             if self.on_pack is not None:
