@@ -406,7 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tiny | small | base (the built-in TinyVLM), or hf:DIR: a Hugging Face VLM (Qwen2-VL, "
                         "Qwen2.5-VL, LLaVA) from a model folder, randomly initialised unless it holds weights; "
                         "images then follow the model's processor (--image-size is ignored)")
-    p.add_argument("--attn-backend", default="auto", choices=("auto", "flash", "torch", "reference"))
+    p.add_argument("--attn-backend", default="auto", choices=("auto", "flash", "torch", "reference"),
+                   help="varlen attention backend; for hf:DIR models: auto, flash (flash_attention_2), torch "
+                        "(vlmdata_varlen) or reference (sdpa with a block-diagonal mask)")
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--accum", type=int, default=1)

@@ -94,3 +94,20 @@ def test_command_line_checks(dataset, tmp_path):
         configs_from_args(build_parser().parse_args(["--data", dataset, "--model", f"hf:{other}"]))
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--data", dataset, "--model", "gpt2"])
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_two_ranks_ddp_with_llava(dataset, tmp_path):
+    """DDP on 2 ranks (torchrun, gloo): LLaVA's CLIP layer that the features skip is frozen (DDP would wait for
+    its gradients forever otherwise); the ranks stay in sync and the loss goes down."""
+    from tests.helpers.train import torchrun
+
+    folder = write_llava_folder(str(tmp_path / "llava"), vocab_size=262, image_token_id=258, image_size=56)
+    out = tmp_path / "out"
+    torchrun(["--nproc_per_node", "2", "-m", "pipelines.train", "--data", dataset, "--model", f"hf:{folder}",
+              "--steps", "6", "--max-tokens", "512", "--num-workers", "1", "--lr", "3e-3", "--out", str(out)],
+             timeout=600)
+    r0, r1 = (json.load(open(out / f"result.rank{r}.json")) for r in range(2))
+    assert r0["checksum"] == r1["checksum"] and r0["losses"] == r1["losses"]
+    assert r0["losses"][-1] < r0["losses"][0] - 0.3, r0["losses"]
