@@ -21,6 +21,7 @@ caught and `except VlmdataError` catches everything of ours:
     ├── ProtocolError (ValueError)        a malformed or oversized cache-daemon message
     ├── NotServedError (PermissionError)  a cache-daemon request outside its datasets, or without its token
     ├── NoRoomError (RuntimeError)        the SSD tier cannot take an entry now (pinned entries fill it)
+    ├── AdapterError (ValueError)         a pack that does not fit a model family's forward inputs
     ├── CacheDirBusy (RuntimeError)       another process owns the cache directory
     └── OutOfTime (RuntimeError)          the tuner's time budget ran out (handled inside the tuner)
 
@@ -32,9 +33,10 @@ counters and JSON keep working with them.
 from __future__ import annotations
 
 __all__ = [
-    "BadIndexError", "BadKeyError", "CacheDirBusy", "ConfigError", "CorruptShardError", "DecodeError", "EmptyDatasetError",
-    "FetchError", "ImageProblem", "IndexMismatchError", "NoRoomError", "NotServedError", "OutOfTime", "ProtocolError", "RowProblem", "ShardReadError", "Skip",
-    "SkipError", "TarFormatError", "VlmdataError",
+    "AdapterError", "BadIndexError", "BadKeyError", "CacheDirBusy", "ConfigError", "CorruptShardError",
+    "DecodeError", "EmptyDatasetError", "FetchError", "ImageProblem", "IndexMismatchError", "NoRoomError",
+    "NotServedError", "OutOfTime", "ProtocolError", "RowProblem", "ShardReadError", "Skip", "SkipError",
+    "TarFormatError", "VlmdataError",
 ]
 
 
@@ -108,6 +110,8 @@ class NotServedError(VlmdataError, PermissionError):
 
 class NoRoomError(VlmdataError, RuntimeError):
     """The SSD tier cannot take this entry now: what readers have pinned fills its budget (read through)."""
+class AdapterError(VlmdataError, ValueError):
+    """A pack that does not fit a model family's forward inputs (image tokens vs images, boundaries, layout)."""
 
 
 class CacheDirBusy(VlmdataError, RuntimeError):
