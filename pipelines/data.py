@@ -53,8 +53,11 @@ class DataOptions:
     decode_stage: str = "auto"         # decode in the training process: "auto" (DALI on a CUDA device when
                                        # decoder is dali/auto), "off" (always the workers), "dali-cpu" (DALI's
                                        # CPU backend in the training process: GPU-less checks of that path)
+    image_policy: FixedPolicy | DynamicPolicy | None = None   # overrides image_size (a model's own policy)
 
     def policy(self) -> FixedPolicy | DynamicPolicy:
+        if self.image_policy is not None:
+            return self.image_policy
         if self.image_size == "dynamic":
             return DynamicPolicy(patch=14, merge=2, min_pixels=28 * 28, max_pixels=112 * 112)
         return make_policy(int(self.image_size))

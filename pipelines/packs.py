@@ -134,3 +134,28 @@ def synthetic_pack(lengths: list[int], images_per_sample: list[int], cfg, image_
     return {"input_ids": torch.cat(ids), "labels": torch.cat(labels), "position_ids": torch.cat(pos),
             "cu_seqlens": torch.tensor(cu, dtype=torch.int32), "max_seqlen": max(b - a for a, b in zip(cu, cu[1:])),
             "pixel_values": pixels}
+
+
+def padded_rows(batch: dict, pad_id: int) -> dict:
+    """The pack's samples as a bucket-mode batch: [B, L] rows padded to the longest, with attention_mask.
+
+    The layout `VLMDataset(mode="bucket")` yields (and Hugging Face's padded path takes): real tokens
+    first in each row, then padding with label -100 and attention_mask 0; images unchanged (row order).
+    """
+    bounds = batch["cu_seqlens"].tolist()
+    lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
+    rows, longest = len(lengths), max(lengths)
+    out = {"input_ids": torch.full((rows, longest), pad_id, dtype=torch.int64),
+           "labels": torch.full((rows, longest), IGNORE, dtype=torch.int64),
+           "attention_mask": torch.zeros((rows, longest), dtype=torch.int64),
+           "position_ids": torch.zeros((rows, longest), dtype=torch.int64),
+           "lengths": torch.tensor(lengths, dtype=torch.int32), "max_seqlen": longest}
+    for i, (a, n) in enumerate(zip(bounds[:-1], lengths)):
+        out["input_ids"][i, :n] = batch["input_ids"][a:a + n]
+        out["labels"][i, :n] = batch["labels"][a:a + n]
+        out["attention_mask"][i, :n] = 1
+        out["position_ids"][i, :n] = torch.arange(n)
+    for k in ("pixel_values", "image_grid", "vision_cu_seqlens"):
+        if k in batch:
+            out[k] = batch[k]
+    return out

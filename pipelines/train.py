@@ -4,6 +4,9 @@
         --data /path/to/dataset --steps 40 --out /tmp/run [--fsdp] [--accum 2] \\
         [--ckpt-dir /tmp/ckpt --ckpt-every 10] [--resume] [--metrics-port 9400]
 
+- `--model tiny|small|base`: the built-in TinyVLM; `--model hf:DIR`: a Hugging Face VLM (Qwen2-VL,
+  Qwen2.5-VL, LLaVA) built from a model folder (`pipelines.hf_model`), fed through vlmdata's output
+  adapter, with the images at the model's own image policy.
 - DDP by default (gloo on CPU, NCCL on GPU); `--fsdp` shards with FSDP2 (`fully_shard`).
 - bf16 autocast on GPU; fp32 on CPU.
 - Gradient accumulation over `--accum` packs per step, with `no_sync` on all
@@ -46,6 +49,7 @@ from torch import nn
 
 from pipelines.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from pipelines.data import BatchSource, DataOptions, make_batch_source, model_fields_for
+from pipelines.hf_model import HFModelConfig, build_model, hf_data_options, is_hf_model
 from pipelines.model import IGNORE, TinyVLM, VLMConfig, image_grids, param_checksum
 from vlmdata import fsutil
 from vlmdata.metrics import MetricSet, StatsDelta, serve_metrics
@@ -147,7 +151,8 @@ def wrap_model(model: nn.Module, info: DistInfo, fsdp: bool) -> nn.Module:
     if fsdp:
         from torch.distributed.fsdp import fully_shard
 
-        for block in list(model.vision.blocks) + list(model.layers):
+        units = model.fsdp_units() if hasattr(model, "fsdp_units") else list(model.vision.blocks) + list(model.layers)
+        for block in units:
             fully_shard(block)
         fully_shard(model)
         return model
@@ -219,10 +224,10 @@ def start_metrics_server(metrics: MetricSet, port: int, rank: int):
 class Trainer:
     """One rank's training loop; the batch source and the model config are parameters."""
 
-    def __init__(self, cfg: TrainConfig, model_cfg: VLMConfig, info: DistInfo):
+    def __init__(self, cfg: TrainConfig, model_cfg: VLMConfig | HFModelConfig, info: DistInfo):
         self.cfg, self.info = cfg, info
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP broadcasts them too)
-        self.model = wrap_model(TinyVLM(model_cfg).to(info.device), info, cfg.fsdp)
+        self.model = wrap_model(build_model(model_cfg, info.device), info, cfg.fsdp)
         self.optimizer = make_optimizer(self.model, cfg)
         self.metrics = MetricSet()
         self.loader_stats = StatsDelta()  # the packs' own counts (samples, skips, cache tiers), summed
@@ -397,8 +402,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "decoder is dali/auto; off = always in the workers; dali-cpu = DALI's CPU backend "
                         "in the training process (checks that path without a GPU)")
     p.add_argument("--cache-daemon", default=None, help="address of a vlmdata cache-daemon")
-    p.add_argument("--model", default="tiny", choices=("tiny", "small", "base"))
-    p.add_argument("--attn-backend", default="auto", choices=("auto", "flash", "torch", "reference"))
+    p.add_argument("--model", default="tiny", type=_model_arg,
+                   help="tiny | small | base (the built-in TinyVLM), or hf:DIR: a Hugging Face VLM (Qwen2-VL, "
+                        "Qwen2.5-VL, LLaVA) from a model folder, randomly initialised unless it holds weights; "
+                        "images then follow the model's processor (--image-size is ignored)")
+    p.add_argument("--attn-backend", default="auto", choices=("auto", "flash", "torch", "reference"),
+                   help="varlen attention backend; for hf:DIR models: auto, flash (flash_attention_2), torch "
+                        "(vlmdata_varlen) or reference (sdpa with a block-diagonal mask)")
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--accum", type=int, default=1)
@@ -418,14 +428,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def configs_from_args(args: argparse.Namespace) -> tuple[TrainConfig, VLMConfig, DataOptions]:
+def _model_arg(value: str) -> str:
+    if value in ("tiny", "small", "base") or (is_hf_model(value) and len(value) > 3):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r}: use tiny, small, base or hf:DIR")
+
+
+def configs_from_args(args: argparse.Namespace) -> tuple[TrainConfig, VLMConfig | HFModelConfig, DataOptions]:
     workers = args.num_workers if args.num_workers == "auto" else int(args.num_workers)
     size = args.image_size if args.image_size == "dynamic" else int(args.image_size)
     data = DataOptions(data=args.data, max_tokens=args.max_tokens, max_images=args.max_images, image_size=size,
                        num_workers=workers, decoder=args.decoder, cache_daemon=args.cache_daemon, seed=args.seed,
                        decode_stage=args.decode_stage)
-    model_cfg = VLMConfig.preset(args.model, attn_backend=args.attn_backend,
-                                 activation_checkpointing=args.activation_checkpointing, **model_fields_for(data))
+    if is_hf_model(args.model):
+        model_cfg = HFModelConfig.from_arg(args.model, args.attn_backend, args.activation_checkpointing)
+        data = hf_data_options(data, model_cfg)
+    else:
+        model_cfg = VLMConfig.preset(args.model, attn_backend=args.attn_backend,
+                                     activation_checkpointing=args.activation_checkpointing, **model_fields_for(data))
     cfg = TrainConfig(steps=args.steps, accum=args.accum, lr=args.lr, warmup=args.warmup,
                       optimizer=args.optimizer, grad_clip=args.grad_clip, fsdp=args.fsdp, seed=args.seed,
                       ckpt_dir=args.ckpt_dir, ckpt_every=args.ckpt_every, resume=args.resume,

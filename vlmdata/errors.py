@@ -13,10 +13,15 @@ caught and `except VlmdataError` catches everything of ours:
     ├── DecodeError (ValueError)          an image that cannot be decoded (load time)
     ├── TarFormatError (ValueError)       a corrupt or truncated tar stream
     ├── ShardReadError (ValueError)       a fetched shard that cannot be read
+    │   ├── BadIndexError                 a shard index that cannot be read, or that describes another shard
+    │   └── IndexMismatchError            an index row that does not point at its own sample's members
     ├── FetchError (OSError)              a shard not fetched intact after all retries
     │   └── CorruptShardError             fetched bytes that fail the size or CRC check
     ├── BadKeyError (ValueError)          a cache key that could name a path outside the cache
     ├── ProtocolError (ValueError)        a malformed or oversized cache-daemon message
+    ├── NotServedError (PermissionError)  a cache-daemon request outside its datasets, or without its token
+    ├── NoRoomError (RuntimeError)        the SSD tier cannot take an entry now (pinned entries fill it)
+    ├── AdapterError (ValueError)         a pack that does not fit a model family's forward inputs
     ├── CacheDirBusy (RuntimeError)       another process owns the cache directory
     └── OutOfTime (RuntimeError)          the tuner's time budget ran out (handled inside the tuner)
 
@@ -28,9 +33,10 @@ counters and JSON keep working with them.
 from __future__ import annotations
 
 __all__ = [
-    "BadKeyError", "CacheDirBusy", "ConfigError", "CorruptShardError", "DecodeError", "EmptyDatasetError",
-    "FetchError", "ImageProblem", "OutOfTime", "ProtocolError", "RowProblem", "ShardReadError", "Skip",
-    "SkipError", "TarFormatError", "VlmdataError",
+    "AdapterError", "BadIndexError", "BadKeyError", "CacheDirBusy", "ConfigError", "CorruptShardError",
+    "DecodeError", "EmptyDatasetError", "FetchError", "ImageProblem", "IndexMismatchError", "NoRoomError",
+    "NotServedError", "OutOfTime", "ProtocolError", "RowProblem", "ShardReadError", "Skip", "SkipError",
+    "TarFormatError", "VlmdataError",
 ]
 
 
@@ -74,6 +80,14 @@ class ShardReadError(VlmdataError, ValueError):
     """A fetched shard cannot be read (bad compression, index mismatch)."""
 
 
+class BadIndexError(ShardReadError):
+    """A shard's index file cannot be read (truncated, empty, bad CRC) or describes another shard."""
+
+
+class IndexMismatchError(ShardReadError):
+    """An index row that does not point at its own sample's members (name, size or bounds)."""
+
+
 class FetchError(VlmdataError, OSError):
     """A shard could not be fetched intact after all retries."""
 
@@ -88,6 +102,16 @@ class BadKeyError(VlmdataError, ValueError):
 
 class ProtocolError(VlmdataError, ValueError):
     """A malformed or oversized cache-daemon message."""
+
+
+class NotServedError(VlmdataError, PermissionError):
+    """A cache-daemon request for an object outside the datasets it serves, or without its token."""
+
+
+class NoRoomError(VlmdataError, RuntimeError):
+    """The SSD tier cannot take this entry now: what readers have pinned fills its budget (read through)."""
+class AdapterError(VlmdataError, ValueError):
+    """A pack that does not fit a model family's forward inputs (image tokens vs images, boundaries, layout)."""
 
 
 class CacheDirBusy(VlmdataError, RuntimeError):
@@ -110,7 +134,8 @@ class Skip:
     MISSING_TEXT = "missing_text"
     MISSING_IMAGE_REF = "missing_image_ref"
     BAD_IMAGE_REF = "bad_image_ref"
-    MARKER_MISMATCH = "marker_mismatch"        # <image> markers != number of images
+    MARKER_MISMATCH = "marker_mismatch"        # <image> markers (or image tokens) != number of images
+    TEMPLATE_ERROR = "template_error"          # the model's chat template rejects the conversation
     DUPLICATE_KEY = "duplicate_key"
     # images (vlmdata shard / vlmdata index)
     EMPTY_FILE = "empty_file"
@@ -128,6 +153,8 @@ class Skip:
     BAD_SAMPLE = "bad_sample"
     CORRUPT_IMAGE = "corrupt_image"
     DECODE_ERROR = "decode_error"
+    BAD_INDEX = "bad_index"                    # the shard's index cannot be read or describes another shard
+    INDEX_MISMATCH = "index_mismatch"          # an index row that does not match the member it points at
     IMAGE_TOO_LARGE = "image_too_large"        # more pixels than the decoder's limit
     TOO_MANY_IMAGES = "too_many_images"
     OVERLONG = "overlong"

@@ -1,15 +1,23 @@
-"""Small fsspec helpers: URL joining, whole-object reads and crash-safe writes."""
+"""Small fsspec helpers: URL joining, whole-object reads (retried by a RetryPolicy when given) and crash-safe writes."""
 from __future__ import annotations
 
 import os
 import posixpath
+import stat
 import tempfile
 import uuid
+from typing import TYPE_CHECKING
 
 import fsspec
 from fsspec.core import url_to_fs
 
-__all__ = ["atomic_write_bytes", "AtomicLocalFile", "exists", "is_local", "join", "local_path", "makedirs", "open_url", "read_bytes", "read_range"]
+from vlmdata.errors import FetchError
+
+if TYPE_CHECKING:
+    from vlmdata.retry import RetryPolicy
+
+__all__ = ["atomic_write_bytes", "AtomicLocalFile", "check_regular_file", "exists", "is_local", "join", "local_path",
+           "makedirs", "open_url", "read_bytes", "read_range", "size"]
 
 
 def is_local(url: str) -> bool:
@@ -29,16 +37,32 @@ def join(base: str, *parts: str) -> str:
     return posixpath.join(base, *parts)
 
 
-def read_bytes(url: str, storage_options: dict | None = None) -> bytes:
-    """Read a whole object."""
-    fs, path = url_to_fs(url, **(storage_options or {}))
-    return fs.cat_file(path)
+def read_bytes(url: str, storage_options: dict | None = None, retry: RetryPolicy | None = None) -> bytes:
+    """Read a whole object; with `retry`, transient failures are retried as that policy says (vlmdata.retry)."""
+    def once() -> bytes:
+        fs, path = url_to_fs(url, **(storage_options or {}))
+        return fs.cat_file(path)
+
+    return once() if retry is None else retry.call(once, url)
+
+
+def check_regular_file(url: str) -> None:
+    """For a local path: raise FetchError unless it is a regular file (a device, FIFO or socket could be
+    endless or block forever; FetchError is not retried). Remote URLs are not checked."""
+    if is_local(url) and not stat.S_ISREG(os.stat(local_path(url)).st_mode):
+        raise FetchError(f"{url} is not a regular file (a directory, device, FIFO or socket)")
 
 
 def read_range(url: str, start: int, end: int, storage_options: dict | None = None) -> bytes:
     """Read bytes [start, end) of an object."""
     fs, path = url_to_fs(url, **(storage_options or {}))
     return fs.cat_file(path, start=start, end=end)
+
+
+def size(url: str, storage_options: dict | None = None) -> int:
+    """The size of an object in bytes."""
+    fs, path = url_to_fs(url, **(storage_options or {}))
+    return int(fs.size(path))
 
 
 def exists(url: str, storage_options: dict | None = None) -> bool:

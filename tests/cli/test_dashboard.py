@@ -42,3 +42,16 @@ def test_dashboard_command_end_to_end():
             proc.terminate()
             proc.wait(timeout=10)
         assert proc.returncode in (0, -15, 130)
+
+
+
+def test_cli_refuses_non_http_targets():
+    import subprocess
+    import sys
+
+    from tests.helpers.paths import REPO
+
+    out = subprocess.run([sys.executable, "-m", "vlmdata", "dashboard", "--targets", "file:///etc/passwd",
+                          "--port", "0"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "file:///etc/passwd" in out.stderr and "http" in out.stderr and "root:" not in out.stdout + out.stderr

@@ -78,3 +78,42 @@ def test_tracker_survives_a_down_target_and_serves_json():
     images = next(c for c in snap["charts"] if c["id"] == "images_per_second")
     assert len(images["series"]["images"]) == 1
     json.dumps(snap, allow_nan=False)
+
+
+def test_only_http_targets_are_scraped(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("vlmdata_samples_total 42\n")   # would even parse as an exposition
+    for target in (f"file://{secret}", "ftp://127.0.0.1/metrics", f"simplecache::file://{secret}", "gopher://h:1/"):
+        with pytest.raises(ValueError, match="http"):
+            normalize_target(target)
+        with pytest.raises(ValueError, match="http"):
+            RateTracker([target])
+    assert normalize_target("https://h:1") == "https://h:1/metrics"
+
+
+def test_a_redirect_to_a_file_is_not_followed(tmp_path):
+    import http.server
+    import threading
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("vlmdata_samples_total 42\n")
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            self.send_response(302)
+            self.send_header("Location", f"file://{secret}")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        tracker = RateTracker([f"127.0.0.1:{server.server_address[1]}"])
+        tracker.scrape_once()
+        status = tracker.snapshot()["targets"][0]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not status["up"] and status["errors"] == 1 and "42" not in json.dumps(tracker.snapshot())

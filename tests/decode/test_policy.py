@@ -41,3 +41,23 @@ def test_make_policy():
     assert make_policy(d.to_dict()) == d
     with pytest.raises(ValueError, match="image policy"):
         make_policy("big")
+
+
+def test_dynamic_policy_equals_transformers_smart_resize():
+    """Every size, tiny sides and long strips included, gets Qwen2-VL's own smart_resize (the
+    PIL image processor's function, importable without torchvision)."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    policy = DynamicPolicy(patch=14, merge=2, min_pixels=56 * 56, max_pixels=448 * 448)
+    rng = np.random.default_rng(0)
+    sizes = [(1, 14), (14, 1), (14, 1000), (1000, 14), (13, 13), (27, 2000), (5, 900), (3000, 20)]
+    sizes += [(int(w), int(h)) for w, h in rng.integers(1, 3000, size=(400, 2))]
+    checked = 0
+    for w, h in sizes:
+        if max(w, h) / min(w, h) > 200:          # the processor refuses these
+            continue
+        want_h, want_w = smart_resize(h, w, factor=28, min_pixels=policy.min_pixels, max_pixels=policy.max_pixels)
+        assert policy.target_size(w, h) == (want_w, want_h), (w, h)
+        assert int(policy.tokens(np.array([w]), np.array([h]))[0]) == want_w * want_h // (28 * 28)
+        checked += 1
+    assert checked > 350

@@ -100,7 +100,7 @@ def write_dataset(root: str, samples: list[RawSample], shard_size: int = 16, kin
             write_sample(writer, builder, smp.key, {"id": smp.key}, smp.tokens, images, TOK.special.image)
         writer.close()
         data = buf.getvalue()
-        index = builder.build()
+        index = builder.build().describes(len(data), zlib.crc32(data) & 0xFFFFFFFF)
         name = f"{stem}.tar"
         with open(os.path.join(root, name), "wb") as f:
             f.write(data)

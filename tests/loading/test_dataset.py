@@ -4,6 +4,7 @@ import pytest
 
 from tests.helpers.dataset import TOK, expected_sample, make_samples, write_dataset
 from vlmdata.decode import DynamicPolicy, FixedPolicy
+from vlmdata.formats import SampleIndex
 from vlmdata.loading import DatasetOptions, VLMDataset, make_loader
 
 MAX_TOKENS, MAX_IMAGES = 512, 6
@@ -276,6 +277,8 @@ def test_gzip_shards_indexed_in_place(tmp_path):
         with open(os.path.join(root, shard["name"]), "wb") as f:
             f.write(packed)
         shard["bytes"], shard["crc32"] = len(packed), zlib.crc32(packed) & 0xFFFFFFFF
+        index = os.path.join(root, shard["index"])       # as `vlmdata index` writes it: names the .gz it describes
+        SampleIndex.load(index).describes(shard["bytes"], shard["crc32"]).save(index)
     manifest["layout"]["compression"] = "gzip"
     with open(os.path.join(root, "manifest.json"), "w") as f:
         json.dump(manifest, f)

@@ -37,13 +37,14 @@ def dataset(root, **kw):
 
 def test_shard_indices_load_in_background_once_and_stay_bounded(corpus, monkeypatch):
     root, samples = corpus
-    loads, real = [], source_mod.SampleIndex.load
+    loads, real = [], source_mod.fsutil.read_bytes
 
-    def recording_load(url, storage_options=None):
-        loads.append((os.path.basename(url), threading.current_thread().name))
-        return real(url, storage_options)
+    def recording_read(url, storage_options=None, retry=None):
+        if url.endswith(".index.npz"):
+            loads.append((os.path.basename(url), threading.current_thread().name))
+        return real(url, storage_options, retry)
 
-    monkeypatch.setattr(source_mod.SampleIndex, "load", recording_load)
+    monkeypatch.setattr(source_mod.fsutil, "read_bytes", recording_read)
     ds = dataset(root)
     src = ds.sources[0]
     held = []

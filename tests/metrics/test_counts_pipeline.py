@@ -83,6 +83,7 @@ def corrupt_images(root: Path, picks: list[tuple[int, int]]) -> None:
         data[off:off + size] = (b"not a jpeg " * (size // 11 + 1))[:size]
         path.write_bytes(bytes(data))
         info.crc32 = zlib.crc32(bytes(data)) & 0xFFFFFFFF
+        index.describes(len(data), info.crc32).save(str(root / info.index))   # the index names the new bytes too
     manifest.save(str(root))
 
 

@@ -5,7 +5,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from vlmdata.cache.fetch import RetryPolicy
+from vlmdata.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +24,11 @@ class CacheConfig:
     daemon: Unix socket path of the node's cache daemon, or "tcp://127.0.0.1:PORT"; None = no daemon.
         If the daemon is absent or dies, readers fetch directly (memory tier + prefetch) and
         reconnect later.
+    daemon_token_file: the daemon's token file, needed over TCP (the daemon writes it 0600 beside
+        its socket, or in its cache directory, and logs its path).
     storage_options: fsspec options for the object store (e.g. s3 endpoint_url, key, secret).
-    retry: backoff policy for remote reads.
+    retry: the retry policy of remote reads (vlmdata.retry.RetryPolicy: transient errors are retried
+        up to its deadline, 5 minutes by default).
     """
 
     memory_bytes: int = 1 << 30
@@ -37,6 +40,7 @@ class CacheConfig:
     daemon: str | None = None
     storage_options: dict = field(default_factory=dict)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    daemon_token_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in ("belady", "lru"):

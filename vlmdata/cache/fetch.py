@@ -1,24 +1,30 @@
-"""Fetching whole shards from any fsspec URL, verified, with retries.
+"""Fetching whole shards from any fsspec URL, verified, bounded, with retries.
 
 `ShardRef` names a shard and what its bytes must look like; `DirectFetcher`
 is the no-cache path (and the object-store tier of the tiered cache): it
-reads the object, retries transient errors with exponential backoff and
-jitter, and verifies size and CRC32 before returning (`get`), or streams it
-into a file (`fetch_to`, used by the SSD tier).
+reads the object through the one retry policy of remote reads
+(`vlmdata.retry.RetryPolicy`: transient errors are retried up to a deadline),
+and verifies size and CRC32 before returning (`get`), or streams it into a
+file (`fetch_to`, used by the SSD tier). Reads are bounded: never more than the
+declared size plus one byte (or `max_bytes` when no size is declared), so an
+object larger than its declaration, or an endless one, is refused after
+reading at most that much; local paths must be regular files.
 """
 from __future__ import annotations
 
 import logging
-import random
-import time
+import os
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import BinaryIO, Protocol, TypeVar
 
 from vlmdata import fsutil
 from vlmdata.cache.local_shards import map_local_shard
 from vlmdata.errors import CorruptShardError, FetchError
+from vlmdata.retry import RetryPolicy
+
+__all__ = ["DirectFetcher", "RetryPolicy", "ShardFetcher", "ShardRef", "verify"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -48,23 +54,6 @@ def verify(data, ref: ShardRef) -> None:
             raise CorruptShardError(f"{ref.url}: crc32 {crc:#010x}, expected {ref.crc32:#010x}")
 
 
-@dataclass
-class RetryPolicy:
-    """Exponential backoff with full jitter."""
-
-    attempts: int = 4
-    base_delay: float = 0.2
-    max_delay: float = 5.0
-    seed: int | None = None
-    _rng: random.Random = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self._rng = random.Random(self.seed)
-
-    def delay(self, attempt: int) -> float:
-        return self._rng.uniform(0, min(self.max_delay, self.base_delay * (2 ** attempt)))
-
-
 class ShardFetcher(Protocol):
     """What the dataset needs from a cache: the verified bytes of a shard."""
 
@@ -76,24 +65,51 @@ class ShardFetcher(Protocol):
 
 
 class DirectFetcher:
-    """Reads shards straight from their URLs (no cache), verified, with retries."""
+    """Reads shards straight from their URLs (no cache), verified, bounded, with retries.
+
+    max_bytes: the most bytes read for a ref without a declared size (None: no limit); the tiered
+    cache sets it to its budget.
+    """
 
     whole_object_bytes = 64 << 20   # fetch_to: objects up to this size are read with one request
     chunk_bytes = 16 << 20          # fetch_to: read size when streaming larger objects
 
-    def __init__(self, storage_options: dict | None = None, retry: RetryPolicy | None = None):
+    def __init__(self, storage_options: dict | None = None, retry: RetryPolicy | None = None,
+                 max_bytes: int | None = None):
         self.storage_options = storage_options or {}
         self.retry = retry or RetryPolicy()
+        self.max_bytes = max_bytes
 
     def get(self, ref: ShardRef) -> bytes:
         """The verified bytes: a read-only mmap for a local file, else bytes read from the store."""
         return self._with_retries(ref, lambda: self._get_once(ref))
 
+    def _limit(self, ref: ShardRef) -> int | None:
+        return ref.size if ref.size is not None else self.max_bytes
+
+    def _too_large(self, ref: ShardRef, got: int) -> Exception:
+        if ref.size is not None:
+            return CorruptShardError(f"{ref.url}: more than its declared {ref.size} bytes (read {got})")
+        return FetchError(f"{ref.url}: larger than the {self.max_bytes}-byte limit of this cache")
+
     def _get_once(self, ref: ShardRef) -> bytes:
+        fsutil.check_regular_file(ref.url)
+        limit = self._limit(ref)
         if fsutil.is_local(ref.url):                # mapped, CRC checked once (cache/local_shards.py)
-            return map_local_shard(fsutil.local_path(ref.url), ref.size, ref.crc32, ref.url)
-        # an open-ended range read is one GET on object stores (a plain cat_file may HEAD first)
-        data = fsutil.read_range(ref.url, 0, None, self.storage_options)
+            path = fsutil.local_path(ref.url)
+            if ref.size is None and limit is not None and os.path.getsize(path) > limit:
+                raise self._too_large(ref, os.path.getsize(path))
+            return map_local_shard(path, ref.size, ref.crc32, ref.url)
+        # a range read is one GET on object stores (a plain cat_file may HEAD first); it stops one byte past
+        # the limit, so a larger (or endless) object is refused after reading at most limit + 1 bytes
+        if limit == 0:  # an empty range is an error on object stores: ask for the size instead
+            got = fsutil.size(ref.url, self.storage_options)
+            if got:
+                raise self._too_large(ref, got)
+            return b""
+        data = fsutil.read_range(ref.url, 0, None if limit is None else limit + 1, self.storage_options)
+        if limit is not None and len(data) > limit:
+            raise self._too_large(ref, len(data))
         verify(data, ref)
         return data
 
@@ -109,41 +125,40 @@ class DirectFetcher:
     def _fetch_to_once(self, ref: ShardRef, f: BinaryIO) -> tuple[int, int]:
         f.seek(0)
         f.truncate()
-        if ref.size is None or ref.size <= self.whole_object_bytes:
+        limit = self._limit(ref)
+        if limit is None or limit <= self.whole_object_bytes:
             data = self._get_once(ref)
             f.write(data)
             return len(data), zlib.crc32(data) & 0xFFFFFFFF
+        fsutil.check_regular_file(ref.url)
         size, crc = 0, 0
         with fsutil.open_url(ref.url, "rb", self.storage_options) as src:
-            while True:
-                chunk = src.read(self.chunk_bytes)
+            while size <= limit:
+                chunk = src.read(min(self.chunk_bytes, limit + 1 - size))
                 if not chunk:
                     break
                 f.write(chunk)
                 size += len(chunk)
                 crc = zlib.crc32(chunk, crc)
         crc &= 0xFFFFFFFF
-        if size != ref.size:
+        if size > limit:
+            raise self._too_large(ref, size)
+        if ref.size is not None and size != ref.size:
             raise CorruptShardError(f"{ref.url}: {size} bytes, expected {ref.size}")
         if ref.crc32 is not None and crc != ref.crc32:
             raise CorruptShardError(f"{ref.url}: crc32 {crc:#010x}, expected {ref.crc32:#010x}")
         return size, crc
 
     def _with_retries(self, ref: ShardRef, attempt_once: Callable[[], T]) -> T:
-        last: Exception | None = None
-        for attempt in range(self.retry.attempts):
-            try:
-                return attempt_once()
-            except FileNotFoundError as exc:
-                raise FetchError(f"{ref.url}: not found") from exc
-            except Exception as exc:  # network errors come in many types across fsspec backends
-                last = exc
-                if attempt + 1 < self.retry.attempts:
-                    delay = self.retry.delay(attempt)
-                    log.warning("fetch %s failed (%s); retry %d in %.2fs", ref.url, exc, attempt + 1, delay)
-                    time.sleep(delay)
-        error = CorruptShardError if isinstance(last, CorruptShardError) else FetchError
-        raise error(f"{ref.url}: failed after {self.retry.attempts} attempts: {last}") from last
+        """The retry policy around one attempt; every failure ends as a FetchError (or CorruptShardError)."""
+        try:
+            return self.retry.call(attempt_once, ref.url)
+        except FetchError:
+            raise
+        except FileNotFoundError as exc:
+            raise FetchError(f"{ref.url}: not found") from exc
+        except Exception as exc:  # permanent: permission denied, bad URL, missing credentials, ...
+            raise FetchError(f"{ref.url}: {type(exc).__name__}: {exc}") from exc
 
     def plan_ahead(self, refs: list[ShardRef]) -> None:
         return None

@@ -6,6 +6,14 @@ prefetcher: background threads that walk the plan ahead within a bytes budget an
 missing, so the next window's shards are local before they are needed. It is used directly as
 the ShardFetcher of one process (`TieredFetcher`) and, with several readers' plans, by the node
 daemon (`get_path`).
+
+Cache pressure never costs samples. An entry a reader asks for is pinned before it is loaded, so
+nothing (another reader, the prefetcher) can evict it before the reader has mapped it; pinned entries
+are never evicted. When what readers have pinned leaves no room for another entry in the SSD budget
+(or an object is larger than the whole budget), `get_path` raises NoRoomError instead of overfilling
+the disk, and the reader reads that shard directly (read through, counted as `read_through`). Reads
+of objects without a declared size stop at the budget. A cache directory found over its budget (a
+restart with a smaller one) is shrunk when the cache opens.
 """
 from __future__ import annotations
 
@@ -20,7 +28,7 @@ from vlmdata.cache.fetch import DirectFetcher, ShardRef
 from vlmdata.cache.keys import key_for
 from vlmdata.cache.stats import CacheStats
 from vlmdata.cache.tiers import DiskTier, MemoryTier
-from vlmdata.errors import FetchError
+from vlmdata.errors import FetchError, NoRoomError
 from vlmdata.metrics.registry import MetricSet
 
 log = logging.getLogger(__name__)
@@ -44,12 +52,15 @@ class ShardCache:
         ddir = disk_dir if disk_dir is not None else config.disk_dir
         dbytes = disk_bytes if disk_bytes is not None else config.disk_bytes
         self.disk = DiskTier(ddir, dbytes) if ddir and dbytes > 0 else None
+        if self.disk is not None:
+            self.remote.max_bytes = self.disk.budget   # an object of undeclared size is read up to the budget
         self.stats = CacheStats(metrics)
         self.plans = PlanBook()
         self.refs: dict[str, ShardRef] = {}
         self._lock = threading.RLock()
         self._inflight: dict[str, Future] = {}
         self._pins: Counter = Counter()
+        self._pin_sizes: dict[str, int] = {}         # bytes each pinned key holds (or will hold) in the SSD tier
         self._queued: set[str] = set()
         self._failed: set[str] = set()
         self._queue: SimpleQueue = SimpleQueue()
@@ -58,6 +69,12 @@ class ShardCache:
         self._nthreads = max(1, int(config.prefetch_threads))
         self._closed = False
         if self.disk is not None:
+            if self.disk.used > self.disk.budget:      # reopened with a smaller budget: shrink now
+                found = self.disk.used
+                with self._lock:
+                    self._shrink(self.disk)
+                log.info("disk cache %s: %d bytes found over the %d-byte budget; evicted the least recently "
+                         "used down to %d bytes", self.disk.root, found, self.disk.budget, self.disk.used)
             self.stats.set_bytes("disk", self.disk.used)
 
     # -- public -------------------------------------------------------------------------------
@@ -106,21 +123,39 @@ class ShardCache:
         with self._lock:
             self.plans.consume(reader, key)
             self._failed.discard(key)
-        for _ in range(4):
+            if not self._room_for(key, ref.size):
+                self.stats.count("read_through")
+                raise NoRoomError(f"{ref.url}: the SSD budget ({self.disk.budget} bytes) is held by entries readers "
+                                  "have pinned; read it directly")
+            self._pins[key] += 1          # pinned before it is loaded: nothing evicts it before the reader maps it
+            self._pin_sizes.setdefault(key, ref.size or 0)
+        try:
             self._load(ref, key, prefetch=False, protect=True)
             with self._lock:
                 e = self.disk.entries.get(key)
-                if e is not None:
-                    self._pins[key] += 1
-                    self._kick()
-                    return self.disk.path(key), e.size
-        raise FetchError(f"{ref.url}: evicted before it could be pinned (SSD tier too small for the readers)")
+                if e is None:             # not written to the SSD (write failed): the reader reads it directly
+                    self.stats.count("read_through")
+                    raise NoRoomError(f"{ref.url}: could not be kept in the SSD tier; read it directly")
+                self._pin_sizes[key] = e.size
+                self._kick()
+                return self.disk.path(key), e.size
+        except BaseException:
+            self.unpin(key)
+            raise
+
+    def _room_for(self, key: str, size: int | None) -> bool:
+        """Whether the SSD budget can hold `key` beside every other pinned entry (caller holds the lock)."""
+        if key in self.disk.entries or key in self._pins or size is None:
+            return True
+        pinned = sum(self._pin_sizes.get(k, 0) for k in self._pins)
+        return pinned + size <= self.disk.budget
 
     def unpin(self, key: str) -> None:
         with self._lock:
             self._pins[key] -= 1
             if self._pins[key] <= 0:
                 del self._pins[key]
+                self._pin_sizes.pop(key, None)
             if self.disk is not None:
                 self._shrink(self.disk)
 
@@ -207,8 +242,8 @@ class ShardCache:
         return value
 
     def _from_remote(self, ref: ShardRef, key: str):
-        if self.disk is None:
-            return self.remote.get(ref), None
+        if self.disk is None or (ref.size is not None and ref.size > self.disk.budget):
+            return self.remote.get(ref), None     # no SSD tier, or larger than all of it: serve from memory
         try:
             return self.disk.write(key, lambda f: self.remote.fetch_to(ref, f))
         except FetchError:

@@ -30,6 +30,7 @@ class CacheStats:
         self.joined = 0                       # gets that waited on a fetch already in flight
         self.corrupt_discarded = 0            # SSD entries that failed verification
         self.fetch_errors = 0
+        self.read_through = 0                 # gets served without caching: pinned entries filled the budget
         self.inflight = 0
         self.prefetch_lead = 0
         self._delta = StatsDelta()            # what a MetricSet would have received since take()
@@ -70,6 +71,8 @@ class CacheStats:
     def count(self, field: str, n: int = 1) -> None:
         with self._lock:
             setattr(self, field, getattr(self, field) + n)
+        if self.metrics and field == "read_through":
+            self.metrics.cache_read_through.inc(n)
 
     def set_inflight(self, delta: int) -> None:
         with self._lock:
@@ -102,5 +105,5 @@ class CacheStats:
                     "bytes_served": dict(self.bytes_served), "remote_fetches": self.remote_fetches,
                     "remote_bytes": self.remote_bytes, "prefetch_fetches": self.prefetch_fetches,
                     "joined": self.joined, "corrupt_discarded": self.corrupt_discarded,
-                    "fetch_errors": self.fetch_errors, "inflight": self.inflight,
+                    "fetch_errors": self.fetch_errors, "read_through": self.read_through, "inflight": self.inflight,
                     "prefetch_lead": self.prefetch_lead}

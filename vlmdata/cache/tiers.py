@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from vlmdata.cache.disk_scan import scan_cache_dir
 from vlmdata.cache.keys import entry_name
 from vlmdata.cache.verified import VERIFIED, file_identity
 from vlmdata.errors import CacheDirBusy
@@ -121,34 +122,10 @@ class DiskTier:
 
     # -- start-up ---------------------------------------------------------------------------
     def _scan(self) -> None:
-        names = os.listdir(self.root)
-        found = []
-        for n in names:
-            p = os.path.join(self.root, n)
-            if n.startswith(".tmp-"):
-                os.unlink(p)  # an interrupted write
-                continue
-            if not n.endswith(".meta"):
-                continue
-            stem = n[:-5]
-            data = os.path.join(self.root, stem + ".data")
-            try:
-                with open(p, "rb") as f:
-                    meta = json.loads(f.read())
-                key, size, crc = meta["key"], int(meta["size"]), int(meta["crc32"])
-                ok = entry_name(key) == stem and os.path.exists(data)
-            except (OSError, ValueError, KeyError, TypeError):
-                ok = False
-            if not ok:
-                self._unlink(stem)
-                continue
-            found.append((os.stat(data).st_mtime, key, DiskEntry(stem, size, crc, verified=False)))
-        for n in names:  # data files whose meta is missing
-            if n.endswith(".data") and not os.path.exists(os.path.join(self.root, n[:-5] + ".meta")):
-                os.unlink(os.path.join(self.root, n))
-        for _, key, e in sorted(found, key=lambda t: t[0]):
-            self.entries[key] = e
-            self.used += e.size
+        found, _ = scan_cache_dir(self.root)  # tolerant: leftovers removed, foreign items left alone
+        for f in found:
+            self.entries[f.key] = DiskEntry(f.stem, f.size, f.crc32, verified=False)
+            self.used += f.size
         if found:
             log.info("disk cache %s: %d entries (%d bytes) found, verified on first use",
                      self.root, len(found), self.used)

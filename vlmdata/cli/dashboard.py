@@ -30,7 +30,10 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     config = DashboardConfig(targets=parse_targets(args.targets), port=args.port, host=args.host,
                              interval=args.interval, history=args.history)
-    dash = Dashboard(config)
+    try:
+        dash = Dashboard(config)
+    except ValueError as exc:   # a bad target or setting: say what to change, no traceback
+        raise SystemExit(f"vlmdata dashboard: {exc}") from None
     print(f"dashboard at {dash.url} scraping {', '.join(t.url for t in dash.tracker.targets)}", flush=True)
     try:
         threading.Event().wait()

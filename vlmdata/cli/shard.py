@@ -5,7 +5,9 @@ import argparse
 import sys
 
 from vlmdata.cli.options import parse_storage_options, run_with_progress, skipped_summary
+from vlmdata.errors import ConfigError
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS
+from vlmdata.ingest.layouts import parse_columns
 from vlmdata.ingest.readers import INPUT_FORMAT_ALIASES, INPUT_FORMATS
 from vlmdata.ingest.records import ColumnSpec
 from vlmdata.ingest.shard import ShardConfig, shard_dataset
@@ -27,7 +29,19 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count; 0 = inline)")
     p.add_argument("--engine", default="local", help="local (process pool, default) or ray")
     p.add_argument("--resume", action="store_true", help="skip jobs already committed by an earlier run")
-    p.add_argument("--tokenizer", default=None, help="a tokenizers JSON file (default: embedded byte tokenizer)")
+    p.add_argument("--tokenizer", default=None,
+                   help="a Hugging Face model or processor folder (its tokenizer, chat template and image tokens: "
+                        "Qwen2-VL, Qwen2.5-VL, LLaVA-1.5), or a tokenizers JSON file (vlmdata's own layout); "
+                        "default: the embedded byte tokenizer")
+    p.add_argument("--train-on", choices=("assistant", "last", "all"), default="assistant",
+                   help="model folders: train on every assistant reply and its end-of-turn token (default), the "
+                        "last reply only, or all tokens")
+    p.add_argument("--family", default=None, help="model folders: force the model family (qwen2_vl, qwen2_5_vl, llava)")
+    p.add_argument("--view", default=None, help="model folders: name of the text view (default: the folder's name)")
+    p.add_argument("--columns", default=None,
+                   help="rename a table's columns to the names vlmdata reads, e.g. messages=chat,images=pictures "
+                        "(names: id, messages, conversations, system, images, image, texts, text, caption, "
+                        "text_list, image_info)")
     p.add_argument("--resize-max-side", type=int, default=None, help="re-encode images larger than this side")
     p.add_argument("--quality", type=int, default=None, help="JPEG quality when re-encoding (default 95)")
     p.add_argument("--max-image-pixels", type=int, default=DEFAULT_MAX_PIXELS,
@@ -48,7 +62,8 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         storage_options = parse_storage_options(args.storage_options)
-    except (OSError, ValueError) as exc:
+        mapping = parse_columns(args.columns)
+    except (OSError, ValueError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     cfg = ShardConfig(inputs=args.inputs, output=args.output, input_format=args.input_format, format=args.format,
@@ -56,8 +71,10 @@ def run(args: argparse.Namespace) -> int:
                       max_shard_bytes=args.max_shard_bytes, workers=args.workers, engine=args.engine,
                       resume=args.resume, tokenizer=args.tokenizer, resize_max_side=args.resize_max_side,
                       quality=args.quality, max_image_pixels=args.max_image_pixels,
-                      columns=ColumnSpec(image=args.image_column, text=args.text_column, id=args.id_column),
-                      storage_options=storage_options, fsync=not args.no_fsync)
+                      columns=ColumnSpec(image=args.image_column, text=args.text_column, id=args.id_column,
+                                         mapping=mapping),
+                      storage_options=storage_options, fsync=not args.no_fsync, train_on=args.train_on,
+                      family=args.family, view=args.view)
     interval = max(0.0, args.progress_interval)
     manifest, dt = run_with_progress(lambda update: shard_dataset(cfg, progress=update, progress_interval=interval))
     if manifest is None:

@@ -23,13 +23,24 @@ Labels = tuple[tuple[str, str], ...]
 Samples = dict[tuple[str, Labels], float]
 
 
+SCHEMES = ("http", "https")
+MAX_EXPOSITION_BYTES = 32 << 20   # a metrics page larger than this is not an exposition
+
+
 def normalize_target(target: str) -> str:
-    """`host:port`, `http://host:port` or a full URL -> the URL of its /metrics."""
+    """`host:port`, `http://host:port` or a full http(s) URL -> the URL of its /metrics.
+
+    Only http and https are scraped: a `file://` (or any other scheme) target would let the dashboard
+    show a local file's contents in `/api/data`, so it is refused with a ValueError.
+    """
     target = target.strip()
     if not target:
         raise ValueError("empty scrape target")
     if "://" not in target:
         target = "http://" + target
+    if target.split("://", 1)[0].lower() not in SCHEMES:
+        raise ValueError(f"scrape target {target!r}: only http:// and https:// metrics endpoints can be scraped "
+                         "(give host:port or an http(s) URL)")
     if "/" not in target.split("://", 1)[1].rstrip("/"):
         return target.rstrip("/") + "/metrics"
     return target
@@ -46,10 +57,28 @@ def parse_counters(text: str) -> Samples:
     return out
 
 
+def _http_only_opener() -> urllib.request.OpenerDirector:
+    """An opener that speaks http(s) only (no file:, ftp: or data: handlers, so no redirect can reach them)."""
+    opener = urllib.request.OpenerDirector()
+    for handler in (urllib.request.HTTPHandler(), urllib.request.HTTPSHandler(),
+                    urllib.request.HTTPRedirectHandler(), urllib.request.HTTPDefaultErrorHandler(),
+                    urllib.request.HTTPErrorProcessor()):
+        opener.add_handler(handler)
+    return opener
+
+
+_OPENER = _http_only_opener()
+
+
 def fetch_metrics(url: str, timeout: float = 5.0) -> str:
-    """GET a metrics endpoint; raises OSError (URLError included) when it is down."""
-    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - user-given scrape URL
-        return resp.read().decode("utf-8")
+    """GET an http(s) metrics endpoint; raises OSError (URLError included) when it is down or not http(s)."""
+    if url.split("://", 1)[0].lower() not in SCHEMES:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    with _OPENER.open(url, timeout=timeout) as resp:
+        body = resp.read(MAX_EXPOSITION_BYTES + 1)
+    if len(body) > MAX_EXPOSITION_BYTES:
+        raise ValueError(f"{url}: more than {MAX_EXPOSITION_BYTES} bytes: not a metrics page")
+    return body.decode("utf-8")
 
 
 def _increase(prev: float | None, cur: float) -> float:

@@ -68,8 +68,8 @@ class DynamicPolicy:
         h = np.asarray(height, dtype=np.float64)
         w = np.maximum(w, 1.0)
         h = np.maximum(h, 1.0)
-        hb = np.maximum(f, np.round(h / f) * f)
-        wb = np.maximum(f, np.round(w / f) * f)
+        hb = np.round(h / f) * f          # may be 0 for a side under f/2: then the area is below min_pixels
+        wb = np.round(w / f) * f
         area = hb * wb
         big = area > self.max_pixels
         small = area < self.min_pixels

@@ -3,6 +3,7 @@ from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "Member": "dali_idx", "format_index": "dali_idx", "parse_index": "dali_idx", "split_name": "dali_idx",
+    "MemberCheck": "index_checks", "check_index_file": "index_checks", "memmap_bad_rows": "index_checks",
     "Manifest": "manifest", "PLANNING_NAME": "manifest", "ShardInfo": "manifest",
     "MAGIC": "memmap", "MemmapPartWriter": "memmap", "MemmapShard": "memmap", "TRAILER": "memmap",
     "EncodedImage": "sample", "read_sample": "sample", "safe_key": "sample", "text_decoder_for": "sample",
@@ -11,4 +12,6 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "CrcFile": "shard_writer",
     "CountingReader": "tar_scan", "scan_tar": "tar_scan",
     "TarShardWriter": "tar_writer", "member_bytes": "tar_writer",
+    "VIEWS_DIR": "text_view", "ViewTokens": "text_view", "check_view_name": "text_view",
+    "read_view_sample": "text_view", "view_planning_name": "text_view", "view_shard_name": "text_view",
 })

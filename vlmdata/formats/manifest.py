@@ -8,6 +8,14 @@ Layout of a dataset directory (local path or fsspec URL):
     shard-000000-00.index.npz      its SampleIndex
     shard-000000-00.idx            its DALI webdataset index
     _jobs/job-000000.json          per-job stats, the durable "done" marker used by --resume
+    views/NAME/                    a text view added by `vlmdata retokenize` (see formats.text_view)
+
+Text views: the image bytes never depend on the tokenizer. The tokens written at
+shard time (the `.tok.npy` members) are the dataset's default view; every view
+added later is a folder of per-shard token files plus its own planning column.
+`Manifest.views` names each view and its tokenizer identity; `default_view`
+is the view a loader takes unless told otherwise. A manifest without views
+(vlmdata before views) has one implicit view, "default".
 """
 from __future__ import annotations
 
@@ -18,7 +26,8 @@ from vlmdata import fsutil
 
 MANIFEST_NAME = "manifest.json"
 PLANNING_NAME = "planning.npz"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2          # 2: text views (`views`, `default_view`); version 1 manifests read unchanged
+IMPLICIT_VIEW = "default"   # the view name of a manifest without views
 
 
 @dataclass
@@ -48,8 +57,28 @@ class Manifest:
     # other tools and indexed in place, "txt" / "json" (tokenized at load time; for "json" the
     # caption is layout["json_field"]). The index's tok_offset/tok_size then point at that member.
     stats: dict = field(default_factory=dict)
-    version: int = FORMAT_VERSION
+    version: int = 1
     format: str = "vlmdata"
+    # view name -> {"tokenizer": identity, "tokens": "tar" | "sidecar", "dir": "views/NAME" (sidecar),
+    #               "train_on", "samples", "skipped", "created"}; empty for datasets made before views
+    views: dict = field(default_factory=dict)
+    default_view: str | None = None
+
+    def view_names(self) -> list[str]:
+        """The dataset's text views (the implicit "default" for a manifest without views)."""
+        return list(self.views) or [IMPLICIT_VIEW]
+
+    def view(self, name: str | None = None) -> tuple[str, dict]:
+        """(name, entry) of a text view (None: the default view); KeyError names the views there are."""
+        if not self.views:
+            if name not in (None, IMPLICIT_VIEW):
+                raise KeyError(f"the dataset has no text view {name!r}; it has only {IMPLICIT_VIEW!r} "
+                               "(add one with `vlmdata retokenize`)")
+            return IMPLICIT_VIEW, {"tokenizer": self.tokenizer, "tokens": "tar"}
+        name = name or self.default_view or next(iter(self.views))
+        if name not in self.views:
+            raise KeyError(f"the dataset has no text view {name!r}; its views are {', '.join(self.views)}")
+        return name, self.views[name]
 
     @property
     def num_samples(self) -> int:
@@ -64,7 +93,12 @@ class Manifest:
         return sum(s.bytes for s in self.shards)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=True)
+        data = asdict(self)
+        if self.views:
+            data["version"] = max(self.version, FORMAT_VERSION)
+        else:  # no views: stay readable by vlmdata before views
+            del data["views"], data["default_view"]
+        return json.dumps(data, indent=1, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Manifest:
@@ -80,10 +114,11 @@ class Manifest:
         fsutil.atomic_write_bytes(fsutil.join(root, MANIFEST_NAME), self.to_json().encode(), storage_options)
 
     @classmethod
-    def load(cls, root: str, storage_options: dict | None = None) -> Manifest:
+    def load(cls, root: str, storage_options: dict | None = None, retry=None) -> Manifest:
+        """Read `root`/manifest.json (with `retry`, a vlmdata.retry.RetryPolicy, transient errors are retried)."""
         url = fsutil.join(root, MANIFEST_NAME)
         try:
-            text = fsutil.read_bytes(url, storage_options).decode("utf-8")
+            text = fsutil.read_bytes(url, storage_options, retry).decode("utf-8")
         except FileNotFoundError:
             raise FileNotFoundError(f"no {MANIFEST_NAME} in {root}: run `vlmdata shard` or `vlmdata index` on it first") from None
         return cls.from_json(text)

@@ -24,6 +24,8 @@ import zlib
 import numpy as np
 
 from vlmdata import fsutil
+from vlmdata.errors import IndexMismatchError
+from vlmdata.formats.index_checks import memmap_bad_rows
 from vlmdata.formats.manifest import ShardInfo
 from vlmdata.formats.sample import SampleRecord
 from vlmdata.formats.sample_index import IndexBuilder, SampleIndex
@@ -120,7 +122,7 @@ class MemmapPartWriter:
                              "offsets": sections}, sort_keys=True).encode()
         self._write(footer)
         self._write(TRAILER.pack(MAGIC, len(footer)))
-        index = self._builder.build()
+        index = self._builder.build().describes(self._size, self._crc & 0xFFFFFFFF)
         self._file.commit()
         fsutil.atomic_write_bytes(fsutil.join(self.root, self.index_name), index.to_bytes(), self.storage_options,
                                   self.fsync)
@@ -170,12 +172,15 @@ class MemmapShard:
         self.ids = buf[off["ids"]:off["ids"] + 4 * t].view(np.int32)
         self.loss = buf[off["loss"]:off["loss"] + t]
         self.meta = buf[off["meta"]:off["meta"] + footer["meta_bytes"]]
+        self.bad_rows = memmap_bad_rows(index, len(self.images), len(self.ids), len(self.meta))
 
     def __len__(self) -> int:
         return len(self.index)
 
     def read_sample(self, i: int, with_meta: bool = False) -> SampleRecord:
         ix = self.index
+        if self.bad_rows is not None and self.bad_rows[i]:
+            raise IndexMismatchError(f"index row {i} points outside the memmap shard's arrays")
         start, n = int(ix.tok_offset[i]), int(ix.tok_size[i])
         tokens = np.empty((2, n), np.int32)
         tokens[0], tokens[1] = self.ids[start:start + n], self.loss[start:start + n]

@@ -18,6 +18,10 @@ per image (length M = n_images.sum())
   img_offset     i8  data offset of the image member (memmap: row in the image array)
   img_size       i8  its size in bytes
   width, height  i4  read from the image header at shard time (original pixels)
+
+the shard it describes (absent in indices written before it existed)
+  shard          i8 (2,)  the shard file's size in bytes and its CRC32 (the manifest's `bytes` and `crc32`),
+                 so a loader can tell an index that belongs to another shard (or another version of it)
 """
 from __future__ import annotations
 
@@ -58,6 +62,8 @@ class SampleIndex:
     img_size: np.ndarray
     width: np.ndarray
     height: np.ndarray
+    shard_bytes: int | None = None    # the shard this index describes: its size and CRC32 (None: not recorded)
+    shard_crc32: int | None = None
 
     def __len__(self) -> int:
         return len(self.key)
@@ -87,9 +93,17 @@ class SampleIndex:
         if not np.array_equal(self.image_start, expected_start):
             raise ValueError("index image_start does not match n_images")
 
+    def describes(self, shard_bytes: int, shard_crc32: int) -> SampleIndex:
+        """Record the size and CRC32 of the shard this index describes (returns self)."""
+        self.shard_bytes, self.shard_crc32 = int(shard_bytes), int(shard_crc32)
+        return self
+
     def to_bytes(self) -> bytes:
         buf = io.BytesIO()
-        np.savez(buf, **{f.name: getattr(self, f.name) for f in fields(self)})
+        cols = {name: getattr(self, name) for name in _COLUMNS}
+        if self.shard_bytes is not None and self.shard_crc32 is not None:
+            cols["shard"] = np.asarray([self.shard_bytes, self.shard_crc32], dtype=np.int64)
+        np.savez(buf, **cols)
         return buf.getvalue()
 
     @classmethod
@@ -99,14 +113,19 @@ class SampleIndex:
         # "SystemError: AST constructor recursion depth mismatch"); indices are
         # fetched by thread pools, so parsing is serialised. Parsing is ~50 us.
         with _NPY_PARSE_LOCK, np.load(io.BytesIO(data), allow_pickle=False) as z:
-            return cls(**{f.name: z[f.name] for f in fields(cls)})
+            shard = z["shard"].tolist() if "shard" in z.files else [None, None]
+            return cls(**{name: z[name] for name in _COLUMNS}, shard_bytes=shard[0], shard_crc32=shard[1])
 
     def save(self, url: str, storage_options: dict | None = None) -> None:
         fsutil.atomic_write_bytes(url, self.to_bytes(), storage_options)
 
     @classmethod
-    def load(cls, url: str, storage_options: dict | None = None) -> SampleIndex:
-        return cls.from_bytes(fsutil.read_bytes(url, storage_options))
+    def load(cls, url: str, storage_options: dict | None = None, retry=None) -> SampleIndex:
+        """Read an index (with `retry`, a vlmdata.retry.RetryPolicy, transient read errors are retried)."""
+        return cls.from_bytes(fsutil.read_bytes(url, storage_options, retry))
+
+
+_COLUMNS = tuple(f.name for f in fields(SampleIndex) if f.name not in ("shard_bytes", "shard_crc32"))
 
 
 class IndexBuilder:

@@ -94,7 +94,7 @@ class WdsPartWriter:
         """Finish the tar, publish it, then its index files; returns its ShardInfo."""
         self._tar.close()
         self._crc.flush()
-        index = self._builder.build()
+        index = self._builder.build().describes(self._crc.size, self._crc.crc & 0xFFFFFFFF)
         self._file.commit()
         fsutil.atomic_write_bytes(fsutil.join(self.root, self.index_name), index.to_bytes(), self.storage_options,
                                   self.fsync)

@@ -1,4 +1,5 @@
-"""Raw inputs to shards: readers, validation, tokenization, the sharding engines (local processes; Ray), indexing foreign tars, `inspect`."""
+"""Raw inputs to shards: readers, validation, tokenization, the sharding engines (local processes; Ray), indexing foreign tars, text views
+(`retokenize`), `inspect`."""
 from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
@@ -8,6 +9,9 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "inspect_dataset": "inspection",
     "INPUT_FORMATS": "readers", "INPUT_FORMAT_ALIASES": "readers", "detect_format": "readers",
     "iter_json_array": "readers", "resolve_input": "readers",
-    "ColumnSpec": "records",
+    "ColumnSpec": "records", "normalize": "records",
+    "CANONICAL_COLUMNS": "layouts", "detect_layout": "layouts", "parse_columns": "layouts",
+    "RangeReader": "retokenize", "RetokenizeConfig": "retokenize", "RetokenizeResult": "retokenize",
+    "retokenize_dataset": "retokenize",
     "ShardConfig": "shard", "shard_dataset": "shard",
 })

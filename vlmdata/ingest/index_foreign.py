@@ -239,7 +239,7 @@ def index_shard(task: _ShardTask) -> dict:
     info = ShardInfo(name=task.name, index=f"{stem}.index.npz", samples=len(index), images=index.n_image_total,
                      bytes=outer.pos, crc32=outer.crc & 0xFFFFFFFF, files=[task.name])
     if len(index):
-        index.save(fsutil.join(task.root, info.index), task.storage_options)
+        index.describes(info.bytes, info.crc32).save(fsutil.join(task.root, info.index), task.storage_options)
         if any(c.isspace() for members in samples for m in members for c in m.name):
             stats["no_dali_index"] = "member names with whitespace cannot be written to a DALI .idx"
         elif not is_gzip(task.name):
@@ -253,6 +253,9 @@ def index_shard(task: _ShardTask) -> dict:
 def index_dataset(cfg: IndexConfig, progress=None) -> Manifest:
     """Index every shard under `cfg.root` and write the manifest; returns it."""
     t0 = time.perf_counter()
+    if cfg.tokenizer and os.path.isdir(cfg.tokenizer):
+        raise ConfigError(f"{cfg.tokenizer} is a model folder: index the shards without --tokenizer, then add the "
+                          f"model's text view with `vlmdata retokenize {cfg.root} --tokenizer {cfg.tokenizer}`")
     try:
         tokenizer = load_tokenizer(cfg.tokenizer)
     except (OSError, ValueError, ImportError) as exc:

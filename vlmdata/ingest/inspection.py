@@ -69,10 +69,42 @@ def render_tokens(tok, tokens: np.ndarray, sizes: list[tuple[int, int]], limit: 
     return "".join(out)
 
 
+def _model_renderer(identity: dict):
+    """render(tokens, sizes) for a model-folder view: the model's tokenizer decodes, images show their size."""
+    import os
+
+    from tokenizers import Tokenizer
+
+    path = os.path.join(identity.get("path", ""), "tokenizer.json")
+    tok = Tokenizer.from_file(path) if os.path.isfile(path) else None
+    image = int(identity["special"]["image"])
+
+    def render(_tok, tokens: np.ndarray, sizes: list[tuple[int, int]], limit: int = 400) -> str:
+        out, run, n_img = [], [], 0
+        for i in tokens[0].tolist() + [None]:
+            if i is not None and i != image:
+                run.append(i)
+                continue
+            if run:
+                text = tok.decode(run, skip_special_tokens=False) if tok is not None else " ".join(map(str, run))
+                out.append(text if len(text) <= limit else text[:limit] + f"... (+{len(text) - limit} chars)")
+                run = []
+            if i == image:
+                w, h = sizes[n_img] if n_img < len(sizes) else (0, 0)
+                out.append(f"<image {w}x{h}>")
+                n_img += 1
+        return " ".join("".join(out).split("\n"))
+
+    return render
+
+
 def _samples(root: str, manifest: Manifest, so: dict, n: int) -> list[str]:
     if not manifest.shards or n <= 0:
         return []
     shard = manifest.shards[0]
+    render = render_tokens
+    if manifest.tokenizer.get("name") == "model-folder":
+        render = _model_renderer(manifest.tokenizer)
     tok = load_tokenizer(manifest.tokenizer.get("path") if manifest.tokenizer.get("name") == "hf-tokenizers" else None)
     out = []
     if manifest.kind == "memmap":
@@ -92,7 +124,7 @@ def _samples(root: str, manifest: Manifest, so: dict, n: int) -> list[str]:
         records = [read_sample(buf, index, i, text_decoder=dec) for i in range(min(n, len(index)))]
     for r in records:
         out.append(f"- {r.key} ({r.tokens.shape[1]} tokens, {len(r.images)} images):"
-                   f"{render_tokens(tok, r.tokens, r.sizes)}")
+                   f"{render(tok, r.tokens, r.sizes)}")
     return out
 
 
@@ -105,7 +137,8 @@ def inspect_dataset(root: str, storage_options: dict | None = None, samples: int
     lines = [f"dataset {root}",
              f"  kind {m.kind}, format version {m.version}, {len(m.shards)} shards, {m.total_bytes / 1e6:.1f} MB",
              f"  samples {m.num_samples}, images {m.num_images}, text tokens {int(cols['text_tokens'].sum())}",
-             f"  tokenizer {m.tokenizer.get('name')}, layout {m.layout}"
+             f"  tokenizer {m.tokenizer.get('model') or m.tokenizer.get('name')}, layout {m.layout}"
+             + (f", text views {', '.join(m.views)} (default {m.default_view})" if m.views else "")
              + (f", image policy {m.image_policy}" if m.image_policy else "")]
     if "input_rows" in st:
         lines.append(f"  input rows {st['input_rows']}: written {st.get('samples')}, skipped {st.get('skipped_total', 0)}")

@@ -25,7 +25,8 @@ from vlmdata.formats.shard_writer import WdsPartWriter, sample_bytes_estimate
 from vlmdata.ingest.images import ImageOptions, check_image, decode_resized, prepare_image
 from vlmdata.ingest.readers import InputSource, Row
 from vlmdata.ingest.records import ColumnSpec, check_text, normalize, resolve
-from vlmdata.text.tokenizer import Tokenizer, encode_conversation, load_tokenizer
+from vlmdata.text.chat_template import TemplateError
+from vlmdata.text.encoder import load_text_encoder
 
 JOBS_DIR = "_jobs"
 
@@ -49,8 +50,10 @@ class JobOptions:
     image_size: int | None = None            # memmap only
     max_shard_bytes: int = 1 << 30
     images: ImageOptions = ImageOptions()
-    tokenizer: str | None = None
+    tokenizer: str | None = None             # None / "bytes", a tokenizers JSON file, or a model folder
     columns: ColumnSpec = ColumnSpec()
+    train_on: str = "assistant"              # model folders: "assistant" | "last" | "all"
+    family: str | None = None                # model folders: force a model family by name
     storage_options: dict = field(default_factory=dict)
     fsync: bool = True                       # fsync each file before its rename (power-loss safe)
 
@@ -108,9 +111,9 @@ def _read_ref(ref, base: str, storage_options: dict) -> bytes:
 class _Sampler:
     """Turns rows into ready-to-write samples (validation, images, tokens)."""
 
-    def __init__(self, opts: JobOptions, tok: Tokenizer):
+    def __init__(self, opts: JobOptions, text):
         self.opts = opts
-        self.tok = tok
+        self.text = text  # a text.encoder (BuiltinEncoder or a ModelFamily)
 
     def build(self, row: Row) -> tuple[str, dict, np.ndarray, list, list[tuple[int, int]]]:
         if row.error is not None:
@@ -141,7 +144,9 @@ class _Sampler:
                 w, h = im.width, im.height
             sizes.append((w, h))
         try:
-            tokens = encode_conversation(self.tok, sample.turns, len(images))
+            tokens = self.text.encode(sample.to_conversation())
+        except TemplateError as exc:
+            raise RowProblem(Skip.TEMPLATE_ERROR, str(exc)) from None
         except ValueError as exc:
             raise RowProblem(Skip.MARKER_MISMATCH, str(exc)) from None
         return safe_key(row.id), sample.meta, tokens, images, sizes
@@ -207,10 +212,10 @@ def run_job(spec: JobSpec, opts: JobOptions, report: Callable[[int, int], None] 
     `report(rows_done, written_done)` is called after every row (it throttles itself).
     """
     t0 = time.perf_counter()
-    tok = load_tokenizer(opts.tokenizer)
-    sampler = _Sampler(opts, tok)
+    text = load_text_encoder(opts.tokenizer, opts.train_on, opts.family)
+    sampler = _Sampler(opts, text)
     stats = JobStats(job=spec.job, rows=len(spec.rows))
-    parts = _Parts(opts, spec.job, tok.special.image)
+    parts = _Parts(opts, spec.job, text.image_token_id)
     try:
         for done, row in enumerate(spec.rows, 1):
             try:

@@ -1,7 +1,9 @@
 """Turning one raw input row into a sample: id, chat turns, image references, source record.
 
-LLaVA rows hold `conversations` (`from`: human/gpt, also user/assistant/system;
-`value`: text with `<image>` markers) and `image` or `images`. Caption rows
+LLaVA / ShareGPT rows hold `conversations` (`from`: human/gpt, also user/assistant/system;
+`value`: text with `<image>` markers), `image` or `images`, and optionally a top-level `system`
+prompt; system turns stay system turns. Chat `messages`, the_cauldron and interleaved-document
+rows are normalised in `layouts`. Caption rows
 (JSONL/CSV/Parquet/folder) hold an image column and a text column, found by
 name (`--image-column` / `--text-column` override); they become a user turn
 holding the image(s) followed by the caption as the assistant turn.
@@ -12,22 +14,26 @@ import os
 from dataclasses import dataclass, field
 
 from vlmdata.errors import RowProblem, Skip
+from vlmdata.ingest.layouts import apply_columns, detect_layout, normalize_layout
+from vlmdata.text.conversation import Conversation, messages_from_turns, turns_from_messages
 from vlmdata.text.tokenizer import IMAGE_MARKER
 
 IMAGE_COLUMNS = ("images", "image", "image_path", "image_file", "img", "path", "file", "filename",
                  "file_name", "url", "image_url", "jpg")
 TEXT_COLUMNS = ("caption", "text", "txt", "description", "alt", "alt_text", "title")
 ID_COLUMNS = ("id", "key", "__key__", "uid", "sample_id")
-ROLES = {"human": "user", "user": "user", "system": "user", "gpt": "assistant", "assistant": "assistant"}
+ROLES = {"human": "user", "user": "user", "system": "system", "gpt": "assistant", "assistant": "assistant"}
 
 
 @dataclass(frozen=True)
 class ColumnSpec:
-    """Column names for caption tables (None = auto-detect per row)."""
+    """Column names for caption tables (None = auto-detect per row); `mapping` renames a table's own
+    columns to the names the layouts read (`--columns`, see ingest.layouts.parse_columns)."""
 
     image: str | None = None
     text: str | None = None
     id: str | None = None
+    mapping: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -40,6 +46,13 @@ class SourceSample:
     meta: dict
     caption_file: str | None = None
     extra: dict = field(default_factory=dict)
+    conversation: Conversation | None = None   # the layouts of ingest.layouts set it; else built from turns
+
+    def to_conversation(self) -> Conversation:
+        """The model-independent form every text encoder takes."""
+        if self.conversation is not None:
+            return self.conversation
+        return Conversation(messages_from_turns(self.turns, len(self.images)), len(self.images))
 
 
 def row_id(data: dict, columns: ColumnSpec, fallback: str) -> str:
@@ -98,6 +111,9 @@ def _llava(data: dict, sid: str, native: bool) -> SourceSample:
         if not isinstance(value, str):
             raise RowProblem(Skip.BAD_TEXT, f"turn text is a {type(value).__name__}, not a string")
         turns.append((role, value))
+    system = data.get("system")
+    if isinstance(system, str) and system and not (turns and turns[0][0] == "system"):
+        turns.insert(0, ("system", system))
     images = _image_refs(data.get("images", data.get("image")))
     return SourceSample(id=sid, turns=turns, images=images, meta=data if native else _json_safe(data))
 
@@ -109,9 +125,11 @@ def _caption(data: dict, sid: str, columns: ColumnSpec, native: bool) -> SourceS
     img_col = columns.image or _first(data, IMAGE_COLUMNS)
     txt_col = columns.text or _first(data, TEXT_COLUMNS)
     if img_col is None or data.get(img_col) in (None, "", []):
-        raise RowProblem(Skip.MISSING_IMAGE_REF, f"no image column value (looked for {columns.image or IMAGE_COLUMNS})")
+        raise RowProblem(Skip.MISSING_IMAGE_REF, f"no image column value (looked for {columns.image or IMAGE_COLUMNS}; "
+                                                 f"the row has columns {', '.join(map(str, data))})")
     if txt_col is None or txt_col not in data:
-        raise RowProblem(Skip.BAD_TEXT, f"no text column (looked for {columns.text or TEXT_COLUMNS})")
+        raise RowProblem(Skip.BAD_TEXT, f"no text column (looked for {columns.text or TEXT_COLUMNS}; "
+                                        f"the row has columns {', '.join(map(str, data))})")
     text = data[txt_col]
     if not isinstance(text, str):
         raise RowProblem(Skip.BAD_TEXT, f"caption is a {type(text).__name__}, not a string")
@@ -121,8 +139,14 @@ def _caption(data: dict, sid: str, columns: ColumnSpec, native: bool) -> SourceS
 
 def normalize(data: dict, sid: str, columns: ColumnSpec, native: bool = False) -> SourceSample:
     """A SourceSample for one row, or RowProblem. `native`: the row came from JSON (no bytes to hide)."""
+    data = apply_columns(data, columns.mapping)
+    layout = None if "conversations" in data else detect_layout(data)
     if "conversations" in data:
         sample = _llava(data, sid, native)
+    elif layout is not None:
+        conv, images = normalize_layout(layout, data, _image_refs)
+        sample = SourceSample(id=sid, turns=turns_from_messages(conv.messages), images=images,
+                              meta=data if native else _json_safe(data), conversation=conv)
     else:
         sample = _caption(data, sid, columns, native)
     for ref in sample.images:
@@ -135,6 +159,8 @@ def check_text(sample: SourceSample) -> None:
     """Empty text and marker/image count mismatches (after the caption file is read)."""
     if not any(text.replace(IMAGE_MARKER, "").strip() for _, text in sample.turns):
         raise RowProblem(Skip.EMPTY_TEXT, "all turns are empty")
+    if sample.conversation is not None:  # item lists: images counted by their items
+        return
     markers = sum(text.count(IMAGE_MARKER) for _, text in sample.turns)
     if markers not in (0, len(sample.images)):
         raise RowProblem(Skip.MARKER_MISMATCH, f"{markers} {IMAGE_MARKER} markers for {len(sample.images)} images")

@@ -35,7 +35,8 @@ from vlmdata.ingest.job import JOBS_DIR, JobOptions, JobSpec, JobStats, job_stat
 from vlmdata.ingest.keyset import KeySet
 from vlmdata.ingest.readers import InputSource, Row, describe_input, format_names, iter_rows, open_inputs
 from vlmdata.ingest.records import ColumnSpec, row_id
-from vlmdata.text.tokenizer import load_tokenizer
+from vlmdata.text.encoder import load_text_encoder
+from vlmdata.text.model_folder import is_model_folder
 
 log = logging.getLogger(__name__)
 FORMATS = ("wds", "memmap")
@@ -62,6 +63,18 @@ class ShardConfig:
     columns: ColumnSpec = field(default_factory=ColumnSpec)
     storage_options: dict = field(default_factory=dict)
     fsync: bool = True
+    train_on: str = "assistant"       # model folders: "assistant" | "last" | "all" (see text.families.base)
+    family: str | None = None         # model folders: force a model family by name
+    view: str | None = None           # model folders: the name of the text view written (default: folder name)
+
+
+def view_name(spec: str | None, name: str | None) -> str:
+    """The name of the text view a --tokenizer writes: `name`, else the model folder's name, else "default"."""
+    if name:
+        return name
+    if is_model_folder(spec):
+        return os.path.basename(os.path.abspath(spec).rstrip("/")) or "model"
+    return "default"
 
 
 def _check_config(cfg: ShardConfig) -> None:
@@ -98,7 +111,7 @@ def _fingerprint(cfg: ShardConfig, sources: list[InputSource], tokenizer: dict) 
     return {"inputs": [asdict(s) for s in sources], "format": cfg.format, "image_size": cfg.image_size,
             "max_samples_per_shard": cfg.max_samples_per_shard, "max_shard_bytes": cfg.max_shard_bytes,
             "tokenizer": tokenizer, "resize_max_side": cfg.resize_max_side, "quality": cfg.quality,
-            "max_image_pixels": cfg.max_image_pixels, "columns": asdict(cfg.columns)}
+            "max_image_pixels": cfg.max_image_pixels, "columns": asdict(cfg.columns), "train_on": cfg.train_on}
 
 
 def _prepare_output(cfg: ShardConfig, fingerprint: dict) -> None:
@@ -109,6 +122,7 @@ def _prepare_output(cfg: ShardConfig, fingerprint: dict) -> None:
         raise ConfigError(f"{cfg.output} already holds a dataset; pass --resume to continue it or use an empty output")
     if has_dataset and fsutil.exists(config_url, so):
         old = json.loads(fsutil.read_bytes(config_url, so))
+        fingerprint = json.loads(json.dumps(fingerprint))    # compared as stored (tuples are lists in JSON)
         if old != fingerprint:
             changed = sorted(k for k in fingerprint if old.get(k) != fingerprint[k])
             raise ConfigError(f"--resume with different settings than the first run ({', '.join(changed)}); "
@@ -222,6 +236,19 @@ def _remove_run_state(output: str, so: dict) -> None:
 
 
 def _merge(cfg: ShardConfig, results: list[dict], tokenizer: dict, extra_stats: dict) -> Manifest:
+    manifest = _build_manifest(cfg, results, tokenizer, extra_stats)
+    if tokenizer.get("name") == "model-folder":
+        name = view_name(cfg.tokenizer, cfg.view)
+        manifest.views = {name: {"tokenizer": tokenizer, "tokens": "tar", "train_on": cfg.train_on,
+                                 "samples": manifest.stats["samples"], "created": extra_stats.get("created")}}
+        manifest.default_view = name
+    # how the rows were read: retokenize reads each sample's stored row (.json member) the same way
+    manifest.stats["columns"] = {"image": cfg.columns.image, "text": cfg.columns.text, "id": cfg.columns.id}
+    manifest.save(cfg.output, cfg.storage_options)
+    return manifest
+
+
+def _build_manifest(cfg: ShardConfig, results: list[dict], tokenizer: dict, extra_stats: dict) -> Manifest:
     so = cfg.storage_options
     results.sort(key=lambda r: r["job"])
     shards = [s for r in results for s in JobStats(**r).shard_infos()]
@@ -246,7 +273,6 @@ def _merge(cfg: ShardConfig, results: list[dict], tokenizer: dict, extra_stats: 
                             layout={"text": "tok.npy", "data": "mm"}, stats=stats)
     else:
         manifest = Manifest(kind="webdataset", shards=shards, tokenizer=tokenizer, stats=stats)
-    manifest.save(cfg.output, so)
     return manifest
 
 
@@ -289,10 +315,13 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
     """
     t0 = time.perf_counter()
     _check_config(cfg)
-    try:
-        tokenizer = load_tokenizer(cfg.tokenizer).identity()
-    except (OSError, ValueError, ImportError) as exc:
-        raise ConfigError(f"cannot load tokenizer {cfg.tokenizer!r}: {exc}") from exc
+    text = load_text_encoder(cfg.tokenizer, cfg.train_on, cfg.family)
+    tokenizer = text.identity()
+    if cfg.format == "memmap" and tokenizer.get("name") == "model-folder":
+        policy = tokenizer["vision"]["policy"]
+        if policy["kind"] != "fixed" or policy["size"] != cfg.image_size:
+            raise ConfigError(f"--format memmap stores {cfg.image_size}px images, but the {tokenizer['family']} "
+                              f"model's image policy is {policy}; use --format wds for this model")
     sources = open_inputs(cfg.inputs, cfg.input_format, cfg.storage_options)
     _prepare_output(cfg, _fingerprint(cfg, sources, tokenizer))
     workers = (os.cpu_count() or 1) if cfg.workers is None else cfg.workers
@@ -300,7 +329,7 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
                       max_shard_bytes=cfg.max_shard_bytes,
                       images=ImageOptions(cfg.max_image_pixels, cfg.resize_max_side, cfg.quality),
                       tokenizer=cfg.tokenizer, columns=cfg.columns, storage_options=cfg.storage_options,
-                      fsync=cfg.fsync)
+                      fsync=cfg.fsync, train_on=cfg.train_on, family=cfg.family)
     results: list[dict] = []
     resumed = []
     tracker = _Progress(progress)

@@ -2,8 +2,9 @@
 from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "AdaptedDataset": "adapted",
     "CollateConfig": "collate", "IGNORE": "collate", "collate_bucket": "collate", "collate_pack": "collate",
-    "prepare_sample": "collate",
+    "PreparedSample": "collate", "prepare_sample": "collate",
     "build_dataloader": "dataloader",
     "DatasetOptions": "dataset", "VLMDataset": "dataset",
     "make_loader": "loader",

@@ -28,15 +28,26 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from vlmdata.cache.fetch import DirectFetcher, RetryPolicy, ShardRef
+from vlmdata.cache.fetch import DirectFetcher, ShardRef
 from vlmdata.decode.policy import FixedPolicy, ImagePolicy, make_policy
-from vlmdata.errors import CorruptShardError, FetchError, ShardReadError, Skip
+from vlmdata.errors import (
+    BadIndexError,
+    CorruptShardError,
+    FetchError,
+    IndexMismatchError,
+    ShardReadError,
+    Skip,
+)
 from vlmdata.loading.collate import CollateConfig
 from vlmdata.loading.pack_build import build_pack
 from vlmdata.loading.shard_source import Source, open_source
+from vlmdata.loading.shared_position import SharedPosition
+from vlmdata.loading.text_views import check_text_views, choose_policy
 from vlmdata.metrics.counts import StatsDelta, take_fetch_stats
 from vlmdata.plan.assign import rank_packs
 from vlmdata.plan.epoch import Corpus, EpochPlanner, PlanOptions
+from vlmdata.retry import RetryPolicy
+from vlmdata.text.families.base import FamilySpec
 
 log = logging.getLogger(__name__)
 STATE_VERSION = 1
@@ -53,7 +64,12 @@ class DatasetOptions:
     defer_decode: put encoded `image_bytes` + `image_sizes` in the pack instead of pixels
         (the main process decodes, e.g. with DALI on the GPU).
     mix_samples: samples per epoch when mixing several datasets (default: their sizes summed).
-    retry: fetch retries of the direct fetcher (when `cache` is None).
+    retry: the retry policy (vlmdata.retry.RetryPolicy) of the dataset's own reads: manifest, planning
+        columns, shard indices, and shards when `cache` is None (a cache has its own `retry`). None: the
+        default, which waits out a store outage of up to 5 minutes.
+    verify_index: check every shard index against its shard (the shard's checksum, each sample's tar
+        member names and sizes; vlmdata.formats.index_checks). Off only to measure the checks' cost or for
+        tars whose member names another tool wrote in a way the check does not understand.
     """
 
     mode: str = "pack"
@@ -63,6 +79,7 @@ class DatasetOptions:
     defer_decode: bool = False
     mix_samples: int | None = None
     retry: RetryPolicy | None = None
+    verify_index: bool = True
 
 
 def _resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -114,11 +131,16 @@ class VLMDataset(IterableDataset):
         TurboJPEG when simplejpeg is installed, else Pillow, unless a measurement recorded otherwise).
     `cache`: None (direct reads) or a picklable object whose `.open()` gives a ShardFetcher,
         called once in each worker process.
+    `image_size`: None (default) takes the image policy of the dataset's model family (a dataset
+        sharded with `--tokenizer MODEL_DIR`), else 336 px fixed.
+    `text_view`: the text view to read (`vlmdata retokenize` adds views); None: each dataset's default.
+        Mixed datasets must share the view's tokenizer identity.
     """
 
     def __init__(self, source, seed: int = 0, max_tokens: int = 8192, max_images: int = 16,
-                 image_size: int | ImagePolicy = 336, rank: int | None = None, world_size: int | None = None,
-                 decoder: str = "auto", cache=None, options: DatasetOptions | None = None):
+                 image_size: int | ImagePolicy | None = None, rank: int | None = None, world_size: int | None = None,
+                 decoder: str = "auto", cache=None, options: DatasetOptions | None = None,
+                 text_view: str | None = None):
         super().__init__()
         self.options = options or DatasetOptions()
         self.seed = int(seed)
@@ -127,15 +149,19 @@ class VLMDataset(IterableDataset):
         self.rank, self.world_size = _resolve_world(rank, world_size)
         so = self.options.storage_options
         specs = _sources_arg(source)
-        self.sources: list[Source] = [open_source(root, so) for root, _ in specs]
-        self.policy = make_policy(image_size)
+        retry = self.options.retry or RetryPolicy()
+        self.sources: list[Source] = [open_source(root, so, text_view, retry, self.options.verify_index)
+                                      for root, _ in specs]
+        self.text_view = text_view
+        self.model_family: FamilySpec | None = check_text_views(self.sources)
+        self.policy = choose_policy(image_size, self.model_family)
         self._check_sources()
         self.plan_options = PlanOptions(max_tokens=int(max_tokens), max_images=int(max_images),
                                         window_shards=self.options.window_shards, mode=self.options.mode,
                                         overlong=self.options.overlong, mix_samples=self.options.mix_samples)
         self.corpus = Corpus.build([s.columns for s in self.sources], [s.shard_sizes() for s in self.sources],
                                    [w for _, w in specs])
-        special = self.sources[0].manifest.tokenizer.get("special", {})
+        special = self.sources[0].tokenizer.get("special", {})
         self.collate_config = CollateConfig(policy=self.policy, image_token_id=int(special.get("image", 258)),
                                             pad_token_id=int(special.get("pad", 259)), max_tokens=int(max_tokens),
                                             defer_decode=self.options.defer_decode)
@@ -151,14 +177,11 @@ class VLMDataset(IterableDataset):
         self._decode_threads = 1
         self._pool = None
         self._owner_pid = os.getpid()                 # decoder and thread pool belong to this process
-        self._iterations = 0                          # iterations started in this worker process
+        self._position = SharedPosition()             # epoch + cursor for persistent DataLoader workers
+        self._position_gen = 0                        # the generation of it this copy has applied
 
     # ---- configuration checks ---------------------------------------------------------------
     def _check_sources(self) -> None:
-        specials = {json.dumps(s.manifest.tokenizer.get("special", {}), sort_keys=True) for s in self.sources}
-        if len(specials) > 1:
-            raise ValueError("the datasets were tokenized with different tokenizers (special ids differ); "
-                             "re-shard them with one tokenizer to mix them")
         for s in self.sources:
             if s.kind == "memmap":
                 stored = make_policy(s.manifest.image_policy) if s.manifest.image_policy else None
@@ -183,6 +206,9 @@ class VLMDataset(IterableDataset):
                  .hexdigest() for s in self.sources]
         desc = {"sources": ident, "weights": weights,
                 "plan": asdict(self.plan_options), "policy": self.policy.to_dict(), "seed": self.seed}
+        views = [s.view_name for s in self.sources]
+        if any(v != "default" for v in views):   # the text view changes the packs (datasets before views: unchanged)
+            desc["views"] = views
         return hashlib.sha1(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
 
     # ---- epoch and state ------------------------------------------------------------------------
@@ -196,6 +222,7 @@ class VLMDataset(IterableDataset):
             self._epoch, self._cursor = int(epoch), 0
             self._worker_resume = None
             self._last_state = None
+            self._publish_position()
 
     def _state(self, cursor: int) -> dict:
         return {"version": STATE_VERSION, "epoch": self._epoch, "cursor": int(cursor), "seed": self.seed,
@@ -231,6 +258,23 @@ class VLMDataset(IterableDataset):
         if worker and info is not None and worker["id"] == info.id and worker["num_workers"] == info.num_workers \
                 and state.get("world_size") == self.world_size:
             self._worker_resume = {"base": int(worker["base"]), "next_step": int(worker["next_step"])}
+        if info is None:
+            self._publish_position()
+        else:                                        # loaded in this worker: newer than what was published
+            self._position_gen = self._position.read()[0]
+
+    def _publish_position(self) -> None:
+        """Hand the epoch and cursor to DataLoader workers, persistent ones included (see shared_position)."""
+        if get_worker_info() is None:
+            self._position_gen = self._position.publish(self._epoch, self._cursor)
+
+    def _adopt_position(self) -> None:
+        """In a worker: take the epoch and cursor the main process published since this copy last looked."""
+        gen, epoch, cursor = self._position.read()
+        if gen != self._position_gen:
+            self._epoch, self._cursor, self._position_gen = epoch, cursor, gen
+            self._worker_resume = None
+            self._last_state = None
 
     # ---- per-process resources ----------------------------------------------------------------
     def __getstate__(self) -> dict:
@@ -309,12 +353,7 @@ class VLMDataset(IterableDataset):
         info = get_worker_info()
         wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
         if info is not None:
-            self._iterations += 1
-            if self._iterations == 2 and wid == 0:
-                log.warning("VLMDataset iterated again in the same DataLoader worker (persistent_workers=True): "
-                            "set_epoch()/load_state_dict() on the main process's dataset do not reach "
-                            "persistent workers, so this repeats epoch %d from the same point; make a new "
-                            "loader per epoch (make_loader's default) to change epochs", self._epoch)
+            self._adopt_position()                    # persistent workers follow set_epoch/load_state_dict
         planner = self.planner()
         base, step = self._cursor, wid
         if self._worker_resume is not None:
@@ -387,6 +426,9 @@ class VLMDataset(IterableDataset):
             except CorruptShardError as exc:
                 log.warning("skipping shard %s: %s", ref.url, exc)
                 got = Skip.CORRUPT_SHARD
+            except BadIndexError as exc:
+                log.warning("skipping shard %s: %s", ref.url, exc)
+                got = Skip.BAD_INDEX
             except FetchError as exc:
                 log.warning("skipping shard %s: %s", ref.url, exc)
                 got = Skip.FETCH_ERROR
@@ -408,6 +450,9 @@ class VLMDataset(IterableDataset):
                 continue
             try:
                 records.append(reader(int(cols["local"][gid])))
+            except IndexMismatchError as exc:
+                log.warning("skipping sample %d: %s", gid, exc)
+                stats.skipped[Skip.INDEX_MISMATCH] += 1
             except (ValueError, OSError, KeyError, IndexError) as exc:
                 log.warning("skipping sample %d: %s", gid, exc)
                 stats.skipped[Skip.BAD_SAMPLE] += 1

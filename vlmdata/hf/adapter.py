@@ -1,0 +1,227 @@
+"""Output adapters: a PackedBatch becomes the keyword arguments of a Hugging Face VLM's `forward`.
+
+An adapter works in two steps, so that each runs where it is cheapest:
+
+1. `adapter(pack)` — in the DataLoader workers, on the CPU (pass the adapter to
+   `make_loader(ds, adapter=...)`): reshapes the flat [T] tensors to [1, T],
+   computes Qwen2-VL's 3-D M-RoPE `position_ids` per packed sample
+   (`vlmdata.hf.mrope`), puts the sample boundaries in the form transformers'
+   packed path reads (`cu_seq_lens_q/k`, `max_length_q/k`), renames the image
+   fields (`image_grid` -> `image_grid_thw`), and moves the non-tensor parts of
+   the pack (`sample_keys`, `stats`, `state`) under one key, `META_KEY`. Pixels
+   stay uint8: 4x fewer bytes to pin and copy to the GPU than float32.
+2. `adapter.finalize(batch, device, dtype)` — in the training process, after
+   (or while) moving the batch to the device: drops `META_KEY` (read it first
+   with `take_meta`), normalises the pixels there with the model's mean/std
+   and lays them out as the model's processor does (`vlmdata.hf.pixels`), and,
+   for attention implementations that ignore `cu_seq_lens_*` (sdpa, eager),
+   adds the 4-D block-diagonal causal `attention_mask`
+   (`vlmdata.hf.boundaries`). What it returns holds only tensors and ints: it
+   is what `model(**inputs)` takes.
+
+What reaches `forward` (pack mode; B = 1, T tokens, N patches, n images):
+
+| key | Qwen2-VL / Qwen2.5-VL | LLaVA-1.5 |
+|---|---|---|
+| `input_ids`, `labels` | int64 [1, T] | int64 [1, T] |
+| `position_ids` | int64 [3, 1, T] (M-RoPE, per sample) | int64 [1, T] (restart per sample) |
+| `pixel_values` | [N, 3*t*p*p] normalised (processor layout) | [n, 3, S, S] normalised |
+| `image_grid_thw` | int64 [n, 3] | — |
+| `cu_seq_lens_q/k`, `max_length_q/k` | int32 [n+1], int | int32 [n+1], int |
+| `attention_mask` | [1, 1, T, T] for sdpa/eager | [1, 1, T, T] for sdpa/eager |
+
+Packs without images carry no image keys (the model then runs text only).
+Bucket-mode packs ([B, L] rows padded to the longest, with a 2-D
+`attention_mask`) keep the padded layout: the model's own padded path applies,
+M-RoPE positions are computed per row, and no boundary keys are added.
+
+Labels stay position-aligned (the model shifts them); every packed sample's
+first label is -100 (collate), so no token is ever predicted across a sample
+boundary.
+"""
+from __future__ import annotations
+
+import torch
+
+from vlmdata.errors import AdapterError
+from vlmdata.hf.boundaries import MASKED, attention_kind, block_causal_mask, flash_kwargs
+from vlmdata.hf.mrope import mrope_position_ids
+from vlmdata.hf.pixels import clip_pixels, fixed_to_patches, qwen_patches
+from vlmdata.hf.spec import ModelSpec
+
+__all__ = ["META_KEY", "HFBatchAdapter", "LlavaAdapter", "QwenVLAdapter", "make_adapter", "take_meta", "text_attention"]
+
+META_KEY = "vlmdata"
+_META_FIELDS = ("sample_keys", "stats", "state")
+
+
+def take_meta(batch: dict) -> dict | None:
+    """Remove and return the pack's non-tensor parts (sample_keys, stats, state) from an adapted batch."""
+    return batch.pop(META_KEY, None)
+
+
+def text_attention(model) -> str:
+    """The attention implementation of a transformers model's language model."""
+    config = getattr(model, "config", None)
+    if config is None:
+        raise AdapterError(f"{type(model).__name__} has no transformers config")
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None) or "eager"
+
+
+class HFBatchAdapter:
+    """Turns PackedBatches into a model family's forward inputs; see the module docstring.
+
+    `spec`: the model family's facts (`ModelSpec.from_folder`); `attn_implementation`: the text
+    model's attention ("flash_attention_2", "sdpa", "eager"), which decides how the boundaries travel.
+    Picklable: it goes to the DataLoader workers with the dataset.
+    """
+
+    family: tuple[str, ...] = ()
+
+    def __init__(self, spec: ModelSpec, attn_implementation: str = "sdpa"):
+        if self.family and spec.family not in self.family:
+            raise AdapterError(f"{type(self).__name__} serves {', '.join(self.family)}, not {spec.family}")
+        self.spec = spec
+        self.attn_implementation = attn_implementation
+        self.kind = attention_kind(attn_implementation)
+
+    @classmethod
+    def for_model(cls, spec: ModelSpec, model) -> HFBatchAdapter:
+        """The adapter for `spec` matching a loaded model's attention implementation."""
+        return make_adapter(spec, text_attention(model))
+
+    def fingerprint(self) -> dict:
+        """What the adapter changes in a pack (for the tuning cache's dataset fingerprint)."""
+        return {"family": self.spec.family, "attention": self.attn_implementation}
+
+    # ---- step 1: in the DataLoader workers ----------------------------------------------------------
+    def __call__(self, pack: dict) -> dict:
+        if "image_bytes" in pack:
+            raise AdapterError("the pack holds encoded images (defer_decode): decode them before the adapter "
+                               "(DatasetOptions(defer_decode=False), or run the GPU decode stage first)")
+        packed = "cu_seqlens" in pack
+        if not packed and "attention_mask" not in pack:
+            raise AdapterError(f"not a PackedBatch (no cu_seqlens, no attention_mask): keys {sorted(pack)}")
+        out = {"input_ids": _rows(pack["input_ids"]), "labels": _rows(pack["labels"])}
+        if packed:
+            out.update(flash_kwargs(pack["cu_seqlens"], int(pack["max_seqlen"])))
+        else:
+            out["attention_mask"] = pack["attention_mask"]
+        out.update(self.images(pack))
+        out["position_ids"] = self.positions(pack, out)
+        meta = {k: pack[k] for k in _META_FIELDS if k in pack}
+        if meta:
+            out[META_KEY] = meta
+        return out
+
+    def images(self, pack: dict) -> dict:
+        """The image keys of the host batch (uint8, family layout), or {} when the pack has no image."""
+        raise NotImplementedError
+
+    def positions(self, pack: dict, host: dict) -> torch.Tensor:
+        """position_ids of the host batch."""
+        raise NotImplementedError
+
+    # ---- step 2: on the device ----------------------------------------------------------------------
+    def finalize(self, batch: dict, device: torch.device | str | None = None,
+                 dtype: torch.dtype = torch.float32) -> dict:
+        """Forward keyword arguments: on `device`, pixels normalised to `dtype`, the 4-D mask when needed."""
+        inputs = {k: v for k, v in batch.items() if k != META_KEY}
+        if device is not None:
+            inputs = {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+                      for k, v in inputs.items()}
+        if "pixel_values" in inputs:
+            inputs["pixel_values"] = self.normalise(inputs["pixel_values"], dtype)
+        if self.kind == MASKED and "cu_seq_lens_q" in inputs and "attention_mask" not in inputs:
+            total = inputs["input_ids"].shape[-1]
+            additive = dtype if self.attn_implementation == "eager" else None
+            inputs["attention_mask"] = block_causal_mask(inputs["cu_seq_lens_q"], total, additive,
+                                                         inputs["input_ids"].device)
+        for k, v in inputs.items():
+            if not isinstance(v, (torch.Tensor, int)):
+                raise AdapterError(f"forward input {k!r} is a {type(v).__name__}: only tensors and ints reach "
+                                   "the model")
+        return inputs
+
+    def normalise(self, pixels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """uint8 host pixels -> the vision tower's input."""
+        raise NotImplementedError
+
+
+class QwenVLAdapter(HFBatchAdapter):
+    """Qwen2-VL and Qwen2.5-VL: flattened patches + image_grid_thw, 3-D M-RoPE positions."""
+
+    family = ("qwen2-vl", "qwen2.5-vl")
+
+    def images(self, pack: dict) -> dict:
+        pixels = pack.get("pixel_values")
+        if pixels is None or pixels.shape[0] == 0:
+            return {}
+        spec = self.spec
+        if pixels.dim() == 4:
+            rows, grid = fixed_to_patches(pixels, spec.patch_size, spec.merge_size)
+        else:
+            if "image_grid" not in pack:
+                raise AdapterError("flattened patches without image_grid: the pack lost its per-image grids")
+            rows, grid = pixels, pack["image_grid"].to(torch.int64).reshape(-1, 3)
+            if int(grid.prod(dim=1).sum()) != rows.shape[0]:
+                raise AdapterError(f"image_grid gives {int(grid.prod(dim=1).sum())} patches but the pack has "
+                                   f"{rows.shape[0]}")
+        return {"pixel_values": rows, "image_grid_thw": grid}
+
+    def positions(self, pack: dict, host: dict) -> torch.Tensor:
+        grid = host.get("image_grid_thw")
+        ids = pack["input_ids"]
+        if "cu_seqlens" in pack:
+            pos = mrope_position_ids(ids, pack["cu_seqlens"], grid, self.spec.image_token_id, self.spec.merge_size)
+            return pos[:, None, :]
+        lengths = pack["attention_mask"].sum(dim=1).to(torch.int64)   # rows: real tokens first, then padding
+        cu = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+        real = torch.arange(ids.shape[1])[None, :] < lengths[:, None]
+        flat = mrope_position_ids(ids[real], cu, grid, self.spec.image_token_id, self.spec.merge_size)
+        pos = torch.zeros(3, *ids.shape, dtype=torch.int64)
+        pos[:, real] = flat
+        return pos
+
+    def normalise(self, pixels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        spec = self.spec
+        return qwen_patches(pixels, spec.patch_size, spec.temporal_patch_size, spec.image_mean, spec.image_std,
+                            dtype)
+
+
+class LlavaAdapter(HFBatchAdapter):
+    """LLaVA-1.5: [n, 3, S, S] CLIP-normalised images, 1-D positions restarting per sample."""
+
+    family = ("llava",)
+
+    def images(self, pack: dict) -> dict:
+        pixels = pack.get("pixel_values")
+        if pixels is None or pixels.shape[0] == 0:
+            return {}
+        if pixels.dim() != 4:
+            raise AdapterError("LLaVA takes whole images [n, 3, S, S]: load the dataset with "
+                               f"image_size=FixedPolicy({self.spec.image_size}), not a dynamic policy")
+        size = self.spec.image_size
+        if pixels.shape[2] != size or pixels.shape[3] != size:
+            raise AdapterError(f"images are {pixels.shape[2]}x{pixels.shape[3]} but the vision tower takes "
+                               f"{size}x{size}: load the dataset with image_size={size}")
+        return {"pixel_values": pixels}
+
+    def positions(self, pack: dict, host: dict) -> torch.Tensor:
+        return _rows(pack["position_ids"])
+
+    def normalise(self, pixels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        spec = self.spec
+        return clip_pixels(pixels, int(spec.image_size), spec.image_mean, spec.image_std, dtype)
+
+
+def make_adapter(spec: ModelSpec, attn_implementation: str = "sdpa") -> HFBatchAdapter:
+    """The adapter of `spec`'s family."""
+    cls = QwenVLAdapter if spec.is_qwen else LlavaAdapter
+    return cls(spec, attn_implementation)
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """[T] -> [1, T]; [B, L] stays."""
+    return x.reshape(1, -1) if x.dim() == 1 else x

@@ -1,0 +1,68 @@
+"""Which text view a loader reads, and what follows from it: the model family, the image policy, mixing rules.
+
+- Datasets mixed in one VLMDataset must share the view's tokenizer identity: the SHA-256 of the
+  model folder's tokenizer files (and its vision constants), or for vlmdata's own tokenizers the
+  same special ids. Anything else is a clear error.
+- The image policy: None takes the model family's (what its processor does); an explicit policy is
+  accepted when it lays out the same image tokens (same kind, patch and merge; a dynamic policy may
+  narrow the pixel bounds), else it is an error (the model would see the wrong number of tokens).
+"""
+from __future__ import annotations
+
+import json
+
+from vlmdata.decode.policy import DynamicPolicy, FixedPolicy, ImagePolicy, make_policy
+from vlmdata.errors import ConfigError
+from vlmdata.text.families.base import FamilySpec
+
+__all__ = ["DEFAULT_IMAGE_SIZE", "check_text_views", "choose_policy"]
+
+DEFAULT_IMAGE_SIZE = 336
+
+
+def _describe(source) -> str:
+    tok = source.tokenizer
+    name = tok.get("model") or tok.get("path") or tok.get("name")
+    return f"{source.root} (view {source.view_name!r}, tokenizer {name})"
+
+
+def check_text_views(sources: list) -> FamilySpec | None:
+    """The model family the sources' views share (None for vlmdata's own tokenizers); ConfigError when
+    they were tokenized differently."""
+    families = [FamilySpec.from_identity(s.tokenizer) for s in sources]
+    first = families[0]
+    for s, fam in zip(sources[1:], families[1:]):
+        if (first is None) != (fam is None):
+            raise ConfigError(f"cannot mix {_describe(sources[0])} with {_describe(s)}: one uses a model's tokenizer, "
+                              "the other vlmdata's own; add a view with the same model (`vlmdata retokenize`)")
+        if first is None:
+            a = json.dumps(sources[0].tokenizer.get("special", {}), sort_keys=True)
+            b = json.dumps(s.tokenizer.get("special", {}), sort_keys=True)
+            if a != b:
+                raise ConfigError(f"cannot mix {_describe(sources[0])} with {_describe(s)}: they were tokenized with "
+                                  "different tokenizers (special ids differ); re-shard them with one tokenizer")
+        elif fam.tokenizer_sha256 != first.tokenizer_sha256 or fam.vision != first.vision:
+            raise ConfigError(f"cannot mix {_describe(sources[0])} with {_describe(s)}: their tokenizer files or "
+                              "vision settings differ (tokenizer identity sha256 "
+                              f"{first.tokenizer_sha256[:12]} vs {fam.tokenizer_sha256[:12]}); add a view with one "
+                              "model to each (`vlmdata retokenize DATASET --tokenizer MODEL_DIR`) and pick it with "
+                              "text_view=")
+    return first
+
+
+def choose_policy(image_size, family: FamilySpec | None) -> ImagePolicy:
+    """The image policy to load with (see the module docstring)."""
+    if family is None:
+        return make_policy(DEFAULT_IMAGE_SIZE if image_size is None else image_size)
+    native = family.vision.image_policy()
+    if image_size is None:
+        return native
+    asked = make_policy(image_size)
+    same_kind = type(asked) is type(native)
+    if same_kind and isinstance(native, FixedPolicy) and asked == native:
+        return asked
+    if same_kind and isinstance(native, DynamicPolicy) and (asked.patch, asked.merge) == (native.patch, native.merge):
+        return asked
+    raise ConfigError(f"the dataset's {family.name} view lays out images with {native.to_dict()}; image_size="
+                      f"{asked.to_dict()} would give the model other image tokens (leave image_size=None, or keep "
+                      "the kind, patch and merge and change only the pixel bounds)")

@@ -1,0 +1,280 @@
+"""A model family: how one kind of VLM lays out text and image tokens, read from its model folder.
+
+`ModelFamily` (subclassed per family) renders a `Conversation` with the model's
+own chat template, tokenizes it with the model's own tokenizer and marks the
+trained tokens; the image placeholder is one image token per image, expanded
+at load time by the family's image policy to exactly what the model's
+processor produces (`VisionSpec.image_policy()`).
+
+`VisionSpec` and `FamilySpec` are plain frozen data: they travel in the
+manifest, so a dataset's loader knows its model family, image policy and
+vision constants without the model folder (`FamilySpec.from_identity`).
+
+Loss masks (`train_on`):
+    "assistant"  every assistant reply and the end-of-turn token closing it (default; what TRL and
+                 LLaMA-Factory train on); the template's {% generation %} blocks when it has them
+    "last"       the last assistant reply only
+    "all"        every token (image tokens and the first token never carry loss; see loading.collate)
+Documents (interleaved text and images, no template) are trained on all text.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from vlmdata.errors import ConfigError
+from vlmdata.text.chat_template import ChatTemplate, TemplateError
+from vlmdata.text.conversation import Conversation
+from vlmdata.text.model_folder import ModelFolder
+
+__all__ = ["TRAIN_ON", "FamilySpec", "ModelFamily", "VisionSpec"]
+
+TRAIN_ON = ("assistant", "last", "all")
+
+
+@dataclass(frozen=True)
+class VisionSpec:
+    """A family's vision preprocessing constants, as its Hugging Face image processor uses them.
+
+    `policy` is the image policy as a dict (`decode.policy.make_policy` input): Qwen2-VL's
+    smart_resize bounds ("dynamic") or LLaVA's fixed 336 px ("fixed"). `image_size` is the fixed
+    side for fixed-size families (LLaVA resizes the shortest side to it, then centre-crops), else None.
+    """
+
+    image_token: str
+    image_token_id: int
+    vision_start_id: int | None
+    vision_end_id: int | None
+    patch_size: int
+    merge_size: int
+    temporal_patch_size: int
+    image_mean: tuple[float, ...]
+    image_std: tuple[float, ...]
+    min_pixels: int | None
+    max_pixels: int | None
+    image_size: int | None
+    resample: int
+    policy: dict
+
+    def image_policy(self):
+        """The `FixedPolicy` / `DynamicPolicy` that expands this family's image tokens."""
+        from vlmdata.decode.policy import make_policy
+
+        return make_policy(dict(self.policy))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["image_mean"], d["image_std"] = list(self.image_mean), list(self.image_std)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> VisionSpec:
+        d = dict(d)
+        d["image_mean"], d["image_std"] = tuple(d["image_mean"]), tuple(d["image_std"])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """What a loader needs to know of a dataset's model family (no tokenizer, no model folder)."""
+
+    name: str
+    vision: VisionSpec
+    pad_token_id: int
+    bos_token_id: int | None
+    eos_token_id: int | None
+    vocab_size: int
+    tokenizer_sha256: str
+
+    @classmethod
+    def from_identity(cls, identity: dict) -> FamilySpec | None:
+        """The spec recorded in a manifest's tokenizer identity; None for vlmdata's own tokenizers."""
+        if identity.get("name") != "model-folder":
+            return None
+        sp = identity["special"]
+        return cls(name=identity["family"], vision=VisionSpec.from_dict(identity["vision"]), pad_token_id=sp["pad"],
+                   bos_token_id=sp.get("bos"), eos_token_id=sp.get("eos"), vocab_size=identity["vocab_size"],
+                   tokenizer_sha256=identity["sha256"])
+
+
+def _post_processor(tok, cfg: dict, bos: str | None, eos: str | None) -> None:
+    """Apply tokenizer_config's add_bos_token / add_eos_token the way transformers does."""
+    from tokenizers import processors
+
+    if "add_bos_token" not in cfg and "add_eos_token" not in cfg:
+        return
+    add_bos = bool(cfg.get("add_bos_token")) and bos is not None
+    add_eos = bool(cfg.get("add_eos_token")) and eos is not None
+    single = (f"{bos}:0 " if add_bos else "") + "$A:0" + (f" {eos}:0" if add_eos else "")
+    pair = single + " " + (f"{bos}:1 " if add_bos else "") + "$B:1" + (f" {eos}:1" if add_eos else "")
+    specials = [(t, tok.token_to_id(t)) for t, on in ((bos, add_bos), (eos, add_eos)) if on]
+    tok.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
+
+
+def _token_at(enc, pos: int, stop: int, step: int) -> int | None:
+    """The token holding character `pos`, else the next character's (towards `stop`) that one token holds."""
+    while pos != stop:
+        t = enc.char_to_token(pos)
+        if t is not None:
+            return t
+        pos += step
+    return None
+
+
+class ModelFamily:
+    """Base class; a subclass names its family, recognises its folders and gives its vision constants."""
+
+    name: ClassVar[str] = ""
+    end_of_turn: ClassVar[tuple[str, ...]] = ()       # tokens trained right after an assistant reply
+
+    def __init__(self, folder: ModelFolder, train_on: str = "assistant"):
+        from tokenizers import Tokenizer
+
+        if train_on not in TRAIN_ON:
+            raise ConfigError(f"train_on must be one of {', '.join(TRAIN_ON)}, got {train_on!r}")
+        self.folder = folder
+        self.train_on = train_on
+        try:
+            self.tokenizer = Tokenizer.from_str(folder.tokenizer_json)
+        except Exception as exc:  # the tokenizers library raises plain Exception subclasses
+            raise ConfigError(f"{folder.path}/tokenizer.json cannot be loaded: {exc}") from exc
+        self.specials = {k: folder.special_token(k) for k in ("bos_token", "eos_token", "unk_token", "pad_token")}
+        _post_processor(self.tokenizer, folder.tokenizer_config, self.specials["bos_token"], self.specials["eos_token"])
+        if folder.chat_template is None:
+            raise ConfigError(f"model folder {folder.path} has no chat template (chat_template.jinja, "
+                              "chat_template.json or tokenizer_config.json's chat_template)")
+        self.template = ChatTemplate(folder.chat_template, {k: v for k, v in self.specials.items() if v is not None})
+        self.vision = self.vision_spec()
+        self.eot_ids = frozenset(self.token_id(t) for t in self.end_of_turn)
+        pad = self.specials["pad_token"] or self.specials["eos_token"]
+        self.pad_token_id = self.token_id(pad) if pad else self.vision.image_token_id
+        self.bos_token_id = self.token_id(self.specials["bos_token"]) if self.specials["bos_token"] else None
+        self.eos_token_id = self.token_id(self.specials["eos_token"]) if self.specials["eos_token"] else None
+
+    # ---- what a subclass provides ------------------------------------------------------------
+    @classmethod
+    def matches(cls, folder: ModelFolder) -> bool:
+        raise NotImplementedError
+
+    def vision_spec(self) -> VisionSpec:
+        raise NotImplementedError
+
+    def document_image_text(self) -> str:
+        """The text standing for one image in a document (no chat template)."""
+        return self.vision.image_token
+
+    def document_end(self) -> str | None:
+        """The token closing a document (trained)."""
+        return self.specials["eos_token"]
+
+    # ---- shared -------------------------------------------------------------------------------
+    def token_id(self, token: str) -> int:
+        """The id of a token the layout needs; a clear error when the tokenizer lacks it."""
+        tid = self.tokenizer.token_to_id(token)
+        if tid is None:
+            raise ConfigError(f"the tokenizer in {self.folder.path} has no token {token!r}, which the {self.name} "
+                              "layout needs; is this the right model folder?")
+        return tid
+
+    @property
+    def image_token_id(self) -> int:
+        return self.vision.image_token_id
+
+    @property
+    def spec(self) -> FamilySpec:
+        return FamilySpec(name=self.name, vision=self.vision, pad_token_id=self.pad_token_id,
+                          bos_token_id=self.bos_token_id, eos_token_id=self.eos_token_id,
+                          vocab_size=self.tokenizer.get_vocab_size(with_added_tokens=True),
+                          tokenizer_sha256=self.folder.tokenizer_sha256)
+
+    def identity(self) -> dict:
+        """The manifest's tokenizer identity: family, files' hashes, ids and vision constants."""
+        return {"name": "model-folder", "family": self.name, "model": self.folder.path.rstrip("/").split("/")[-1],
+                "path": self.folder.path, "sha256": self.folder.tokenizer_sha256,
+                "vision_sha256": self.folder.vision_sha256,
+                "vocab_size": self.tokenizer.get_vocab_size(with_added_tokens=True),
+                "special": {"image": self.image_token_id, "pad": self.pad_token_id, "bos": self.bos_token_id,
+                            "eos": self.eos_token_id},
+                "vision": self.vision.to_dict()}
+
+    def render(self, conv: Conversation) -> tuple[str, tuple[tuple[int, int], ...]]:
+        """(text, trained character spans) of a conversation, before tokenization."""
+        if conv.kind == "document":
+            return self._document_text(conv), ()
+        rendered = self.template.render(conv.messages)
+        spans = rendered.spans
+        if self.train_on == "last":
+            spans = spans[-1:]
+        return rendered.text, spans
+
+    def _document_text(self, conv: Conversation) -> str:
+        parts: list[str] = []
+        last_text = False
+        image = self.document_image_text()
+        for m in conv.messages:
+            for item in m["content"]:
+                if item.get("type") == "image":
+                    parts.append(image)
+                    last_text = False
+                else:
+                    if last_text:
+                        parts.append("\n\n")
+                    parts.append(item.get("text", ""))
+                    last_text = True
+        end = self.document_end()
+        if end:
+            parts.append(end)
+        return "".join(parts)
+
+    def _add_special(self, text: str) -> bool:
+        bos = self.specials["bos_token"]
+        return not (bos is not None and text.startswith(bos))
+
+    def encode(self, conv: Conversation) -> np.ndarray:
+        """(2, T) int32 token ids and loss flags; ValueError (TemplateError) for a conversation it cannot encode."""
+        out = self.encode_batch([conv])[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def encode_batch(self, convs: list[Conversation]) -> list[np.ndarray | ValueError]:
+        """`encode` for many conversations at once (one fast-tokenizer batch call); failures are returned."""
+        rendered: list[tuple[str, tuple, str] | ValueError] = []
+        for conv in convs:
+            try:
+                text, spans = self.render(conv)
+                rendered.append((text, spans, "all" if conv.kind == "document" else self.train_on))
+            except TemplateError as exc:
+                rendered.append(exc)
+        results: list[np.ndarray | ValueError | None] = [r if isinstance(r, ValueError) else None for r in rendered]
+        for flag in (True, False):
+            idx = [i for i, r in enumerate(rendered) if not isinstance(r, ValueError) and self._add_special(r[0]) == flag]
+            if not idx:
+                continue
+            encodings = self.tokenizer.encode_batch([rendered[i][0] for i in idx], add_special_tokens=flag)
+            for i, enc in zip(idx, encodings):
+                results[i] = self._tokens(enc, rendered[i][1], rendered[i][2], convs[i].n_images)
+        return results
+
+    def _tokens(self, enc, spans, mode: str, n_images: int) -> np.ndarray | ValueError:
+        ids = np.asarray(enc.ids, dtype=np.int32)
+        out = np.zeros((2, len(ids)), np.int32)
+        out[0] = ids
+        found = int((ids == self.image_token_id).sum())
+        if found != n_images:
+            return ValueError(f"the rendered text holds {found} image tokens for {n_images} images")
+        if mode == "all":
+            out[1] = 1
+        else:
+            for a, b in spans:
+                first, last = _token_at(enc, a, b, 1), _token_at(enc, b - 1, a - 1, -1)
+                if first is None or last is None or last < first:
+                    continue
+                out[1][first:last + 1] = 1
+                nxt = last + 1
+                if nxt < len(ids) and int(ids[nxt]) in self.eot_ids and (enc.token_to_chars(nxt) or (b,))[0] >= b:
+                    out[1][nxt] = 1
+        out[1][ids == self.image_token_id] = 0
+        return out
