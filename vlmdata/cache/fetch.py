@@ -95,10 +95,11 @@ class DirectFetcher:
     def _get_once(self, ref: ShardRef) -> bytes:
         fsutil.check_regular_file(ref.url)
         limit = self._limit(ref)
-        if fsutil.is_local(ref.url):                # mapped, CRC checked once (cache/local_shards.py)
+        if fsutil.is_local(ref.url):                # mapped, not read; CRC checked once (cache/local_shards.py)
             path = fsutil.local_path(ref.url)
-            if ref.size is None and limit is not None and os.path.getsize(path) > limit:
-                raise self._too_large(ref, os.path.getsize(path))
+            got = os.path.getsize(path)
+            if limit is not None and got > limit:
+                raise self._too_large(ref, got)
             return map_local_shard(path, ref.size, ref.crc32, ref.url)
         # a range read is one GET on object stores (a plain cat_file may HEAD first); it stops one byte past
         # the limit, so a larger (or endless) object is refused after reading at most limit + 1 bytes
