@@ -18,7 +18,7 @@ import contextlib
 import logging
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -135,6 +135,7 @@ class StepProfiler:
         self.trace_dir = os.path.join(out_dir, "profile") if out_dir else None
         self.on_breakdown = on_breakdown
         self.breakdowns: list[Breakdown] = []
+        self.windows = 0
         self._measured: dict[int, float] = {}
         self._step_range: record_function | None = None
         self._prof: torch.profiler.profile | None = None
@@ -174,12 +175,16 @@ class StepProfiler:
             self._step_range.__exit__(None, None, None)
             self._step_range = None
             self._measured[step] = seconds
+            for old in [s for s in self._measured if s <= step - self.opts.window()]:
+                del self._measured[old]  # only the current window's steps are ever looked up
 
     def step(self) -> None:
         if self._prof is not None:
             with warnings.catch_warnings():  # "events are cleared after each cycle": wanted, one window each
                 warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
                 self._prof.step()
+            if self.opts.repeat and self.windows >= self.opts.repeat:
+                self.stop()  # every window recorded: no profiler, no ranges, no hooks from here on
 
     def stop(self) -> None:
         if self._prof is None:
@@ -192,15 +197,8 @@ class StepProfiler:
                 self._hooks.remove()
                 self._hooks = None
 
-    @contextlib.contextmanager
-    def running(self, model: nn.Module) -> Iterator[StepProfiler]:
-        self.start(model)
-        try:
-            yield self
-        finally:
-            self.stop()
-
     def _window_done(self, prof: torch.profiler.profile) -> None:
+        self.windows += 1
         b = breakdown_from_events(profiler_events(prof), self._measured, rank=self.rank)
         if b is None:
             log.warning("rank %d: a profiling window ended without a complete training step", self.rank)

@@ -438,9 +438,17 @@ class Trainer:
 def format_record(r: StepRecord, world: int) -> str:
     tps = r.real_tokens / r.step_seconds if r.step_seconds else 0.0
     frac = r.wait_seconds / r.step_seconds if r.step_seconds else 0.0
+    gpu = r.extra.get("gpu")
+    if gpu and gpu.get("memory_used") is not None:
+        gpu_text = (f" gpu {100 * gpu['utilization']:.0f}% mem {gpu['memory_used'] / 2**30:.1f}/"
+                    f"{gpu['memory_total'] / 2**30:.0f} GiB")
+    elif gpu:
+        gpu_text = f" gpu max-allocated {gpu['max_allocated'] / 2**30:.1f} GiB"
+    else:
+        gpu_text = ""
     return (f"step {r.step + 1} loss {r.loss:.4f} tokens/s {tps:,.0f} ({world} ranks) "
             f"step {r.step_seconds * 1000:.0f} ms data-wait {100 * frac:.1f}% lr {r.lr:.2e} "
-            f"grad-norm {r.grad_norm:.3f}")
+            f"grad-norm {r.grad_norm:.3f}{gpu_text}")
 
 
 def check_options(cfg: TrainConfig) -> None:

@@ -49,6 +49,9 @@ def test_profiled_run_trace_breakdown_and_metrics(tmp_path, caplog):
         trainer.close()
     windows = result["profile"]
     assert [w["steps"] for w in windows] == [[2], [5]]
+    # after its last window the profiler stopped and took its forward hooks off the model
+    assert trainer.profiler.windows == 2 and trainer.profiler._prof is None
+    assert not trainer.module.vision._forward_pre_hooks and not trainer.module.projector._forward_hooks
     measured = _steps(tmp_path)
     for w in windows:
         assert set(w["phase_seconds"]) == set(PHASES)

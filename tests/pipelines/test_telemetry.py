@@ -80,3 +80,16 @@ def test_gpu_telemetry_readings_and_metrics(tmp_path):
         assert re.search(r'vlmdata_gpu_memory_used_bytes{gpu="\d+",rank="0"} [1-9]', body)
         assert re.search(r'vlmdata_gpu_utilization_ratio{gpu="\d+",rank="0"} ', body)
         assert 0.0 <= g["mean_utilization"] <= 1.0 and not math.isnan(g["mean_utilization"])
+
+
+def test_log_line_shows_grad_norm_and_gpu_reading():
+    from pipelines.train import StepRecord, format_record
+
+    rec = StepRecord(step=4, loss=2.5, label_tokens=10, real_tokens=1000, images=1, samples=2, packs=2,
+                     step_seconds=0.5, wait_seconds=0.05, lr=1e-3, grad_norm=0.75)
+    assert format_record(rec, 2).endswith("data-wait 10.0% lr 1.00e-03 grad-norm 0.750")
+    rec.extra["gpu"] = {"gpu": "0", "utilization": 0.9, "memory_used": 3 * 2**30, "memory_peak": 3 * 2**30,
+                        "memory_total": 80 * 2**30, "max_allocated": 2**30}
+    assert format_record(rec, 2).endswith("grad-norm 0.750 gpu 90% mem 3.0/80 GiB")
+    rec.extra["gpu"].update(utilization=None, memory_used=None, memory_total=None)  # no NVML
+    assert format_record(rec, 2).endswith("gpu max-allocated 1.0 GiB")
