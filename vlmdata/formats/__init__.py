@@ -9,6 +9,6 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "tokens_from_npy": "sample", "tokens_to_npy": "sample", "write_sample": "sample",
     "IndexBuilder": "sample_index", "SampleIndex": "sample_index", "concat_planning_columns": "sample_index",
     "CrcFile": "shard_writer",
-    "CountingReader": "tar_scan", "scan_tar": "tar_scan",
+    "CountingReader": "tar_scan", "is_utf8_name": "tar_scan", "scan_tar": "tar_scan",
     "TarShardWriter": "tar_writer", "member_bytes": "tar_writer",
 })
