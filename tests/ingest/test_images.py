@@ -135,3 +135,18 @@ def test_reencode_stores_displayed_pixels_without_an_orientation_tag():
     assert out.size == (50, 100) and dict(out.getexif()) == {}
     arr = np.asarray(out.convert("RGB")).astype(int)
     assert arr[:40].mean((0, 1))[0] > 180 and arr[60:].mean((0, 1))[2] > 180   # red on top, blue below
+
+
+def test_decode_failures_never_quote_the_files_bytes(monkeypatch):
+    """A decoder message that quotes file bytes (Pillow: "broken PNG file (chunk b'...')") is scrubbed."""
+    import vlmdata.ingest.images as images_mod
+
+    def broken(*args, **kwargs):
+        raise SyntaxError("broken PNG file (chunk b'root:*:0')")
+
+    from PIL import ImageFile
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", broken)
+    with pytest.raises(ImageProblem) as e:
+        images_mod.verify_decodes(encode("PNG"), 10**8)
+    assert e.value.reason == "undecodable_image" and "root" not in str(e.value) and "broken PNG" in str(e.value)

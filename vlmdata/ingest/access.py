@@ -7,7 +7,11 @@ then resolve against it). Nothing else is read:
 
 - `../x`, an absolute path or `file://` URL outside the root, and a symlink
   whose target lies outside the root are skipped as `outside_root` (the check
-  is made on the real path, so symlinks inside the root that stay inside are fine);
+  is made on the real path, so symlinks inside the root that stay inside are
+  fine). The real path of each directory is resolved once per process (the
+  dataset tree is taken not to change while it is sharded), and the file
+  itself is opened with O_NOFOLLOW: a symlink there is resolved and checked
+  before it is read;
 - remote URLs (`http(s)://`, `s3://`, ...) are read only with `--allow-remote`,
   and then only from the hosts (or buckets) of `--allow-host` when that is
   given; anything else is `remote_not_allowed`, as is every chained fsspec URL
@@ -89,6 +93,11 @@ def _real_root(root: str) -> str:
     return os.path.realpath(root)
 
 
+@functools.lru_cache(maxsize=4096)
+def _real_dir(directory: str) -> str:
+    return os.path.realpath(directory)
+
+
 def resolve_ref(ref: str, root: str, policy: AccessPolicy) -> str:
     """The local real path or URL `ref` names, or RowProblem if the policy does not allow reading it."""
     if "::" in ref:
@@ -106,12 +115,33 @@ def resolve_ref(ref: str, root: str, policy: AccessPolicy) -> str:
         return f"{rparts.scheme}://{rparts.netloc}{path}"
     path = fsutil.local_path(ref) if scheme == "file" else ref
     root_real = _real_root(fsutil.local_path(root))
-    real = os.path.realpath(os.path.join(root_real, path))
+    norm = os.path.normpath(os.path.join(root_real, path))
+    directory, name = os.path.split(norm)
+    real = os.path.join(_real_dir(directory), name)       # the last component is checked when it is opened
     if not _under(real, root_real):
-        what = "links" if _under(os.path.normpath(os.path.join(root_real, path)), root_real) else "resolves"
+        what = "links" if _under(norm, root_real) else "resolves"
         raise RowProblem(Skip.OUTSIDE_ROOT, f"{ref[:200]} {what} outside the image root {root_real}; "
                                             "pass --image-root DIR to read images under DIR")
     return real
+
+
+def _local_bytes(path: str, root: str, policy: AccessPolicy) -> bytes:
+    """read_local, following a symlink in the last component only when its target is under the root too."""
+    try:
+        return read_local(path, policy.max_bytes)
+    except _SymlinkError:
+        target = os.path.realpath(path)
+        root_real = _real_root(fsutil.local_path(root))
+        if not _under(target, root_real):
+            raise RowProblem(Skip.OUTSIDE_ROOT, f"{path} links outside the image root {root_real}") from None
+        try:
+            return read_local(target, policy.max_bytes)
+        except _SymlinkError:
+            raise RowProblem(Skip.OUTSIDE_ROOT, f"{path}: a symlink changed while being read") from None
+
+
+class _SymlinkError(OSError):
+    """The last component of a path opened with O_NOFOLLOW is a symlink."""
 
 
 def _resolve_remote(url: str, scheme: str, root: str, policy: AccessPolicy) -> str:
@@ -146,12 +176,15 @@ def read_ref(ref, root: str, policy: AccessPolicy, storage_options: dict | None 
         return bytes(ref)
     target = resolve_ref(ref, root, policy)
     if fsutil.is_local(target):
-        return read_local(target, policy.max_bytes)
+        return _local_bytes(target, root, policy)
     return read_remote(target, policy, storage_options or {})
 
 
 def read_local(path: str, limit: int) -> bytes:
-    """A regular file's bytes, at most `limit` of them (RowProblem otherwise); never blocks on a FIFO."""
+    """A regular file's bytes, at most `limit` of them (RowProblem otherwise); never blocks on a FIFO.
+
+    A symlink as the last component raises `_SymlinkError` (O_NOFOLLOW): the caller decides.
+    """
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -159,7 +192,7 @@ def read_local(path: str, limit: int) -> bytes:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
             raise RowProblem(Skip.MISSING_FILE, f"{path}: no such file") from None
         if exc.errno == errno.ELOOP:
-            raise RowProblem(Skip.OUTSIDE_ROOT, f"{path}: became a symlink while being read") from None
+            raise _SymlinkError(exc.errno, exc.strerror, path) from None
         raise RowProblem(Skip.READ_ERROR, f"{path}: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)
@@ -169,16 +202,20 @@ def read_local(path: str, limit: int) -> bytes:
             raise RowProblem(Skip.NOT_A_REGULAR_FILE, f"{path}: not a regular file (device, FIFO or socket)")
         if st.st_size > limit:
             raise RowProblem(Skip.FILE_TOO_LARGE, f"{path}: {st.st_size} bytes > --max-image-bytes {limit}")
-        parts, got = [], 0
+        parts, got, want = [], 0, st.st_size + 1   # one read of the whole file (plus one byte: EOF seen)
         while True:   # to EOF, but never past the limit (the file may grow while it is read)
-            chunk = os.read(fd, min(_READ_CHUNK, limit + 1 - got))
+            ask = min(want, limit + 1 - got)
+            chunk = os.read(fd, ask)
             if not chunk:
                 break
             parts.append(chunk)
             got += len(chunk)
             if got > limit:
                 raise RowProblem(Skip.FILE_TOO_LARGE, f"{path}: more than --max-image-bytes {limit} bytes")
-        return b"".join(parts)
+            if len(chunk) < ask and got >= st.st_size:
+                break   # a short read of a regular file is its end
+            want = _READ_CHUNK
+        return parts[0] if len(parts) == 1 else b"".join(parts)
     except OSError as exc:
         raise RowProblem(Skip.READ_ERROR, f"{path}: {exc.strerror or exc}") from None
     finally:

@@ -21,11 +21,13 @@ and a garbage body (it decodes to noise). `verify_decodes` (`vlmdata shard
 --verify decode`) decodes every image completely and strictly: JPEG through
 TurboJPEG with every libjpeg warning an error, other formats through Pillow.
 Every exception a decode raises (Pillow raises many types on bad files) is a
-counted `ImageProblem`, never the end of the run.
+counted `ImageProblem`, never the end of the run; its detail never quotes the
+file's bytes (`scrub`).
 """
 from __future__ import annotations
 
 import io
+import re
 import struct
 import warnings
 from dataclasses import dataclass
@@ -205,8 +207,16 @@ def _strict_jpeg(data: bytes) -> bool:
         space = "CMYK" if colorspace in ("CMYK", "YCCK") else "GRAY" if colorspace == "Gray" else "RGB"
         simplejpeg.decode_jpeg(data, colorspace=space, strict=True)
     except Exception as exc:   # libjpeg errors and warnings ("Corrupt JPEG data: ...") are ValueErrors
-        raise ImageProblem(Skip.UNDECODABLE_IMAGE, f"jpg does not decode: {str(exc)[:160]}") from None
+        raise ImageProblem(Skip.UNDECODABLE_IMAGE, f"jpg does not decode: {scrub(str(exc))}") from None
     return True
+
+
+_BYTES_LITERAL = re.compile(r"""b(['"]).*?(?<!\\)\1""")
+
+
+def scrub(message: str) -> str:
+    """A decoder's error message without quoted bytes of the file (e.g. Pillow's "broken PNG file (chunk b'..')")."""
+    return _BYTES_LITERAL.sub("b'...'", message)[:200]
 
 
 class _decoding:
@@ -221,8 +231,8 @@ class _decoding:
         from PIL import Image
 
         if issubclass(exc_type, Image.DecompressionBombError):
-            raise ImageProblem(Skip.DECOMPRESSION_BOMB, str(exc)[:200]) from None
-        raise ImageProblem(Skip.UNDECODABLE_IMAGE, f"{exc_type.__name__}: {str(exc)[:200]}") from None
+            raise ImageProblem(Skip.DECOMPRESSION_BOMB, scrub(str(exc))) from None
+        raise ImageProblem(Skip.UNDECODABLE_IMAGE, f"{exc_type.__name__}: {scrub(str(exc))}") from None
 
 
 def prepare_image(data: bytes, opts: ImageOptions) -> EncodedImage:

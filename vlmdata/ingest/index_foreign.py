@@ -217,7 +217,9 @@ def _caption(group: _Group, layout: dict) -> str:
             value = json.loads(raw).get(layout["json_field"])
         else:
             value = raw.decode("utf-8")
-    except (ValueError, RecursionError, AttributeError) as exc:   # bad UTF-8 or JSON, 5000-digit numbers, depth
+    except UnicodeDecodeError as exc:   # the position only: the member's bytes stay out of the manifest
+        raise ImageProblem(Skip.BAD_TEXT, f"not UTF-8 (at byte {exc.start})") from None
+    except (ValueError, RecursionError, AttributeError) as exc:   # bad JSON, 5000-digit numbers, depth
         raise ImageProblem(Skip.BAD_TEXT, f"{type(exc).__name__}: {str(exc)[:120]}") from None
     if not isinstance(value, str):
         raise ImageProblem(Skip.BAD_TEXT, f"caption is a {type(value).__name__}, not a string")

@@ -106,6 +106,13 @@ class JobStats:
         return cls(**json.loads(data))
 
 
+def _serialisable(meta: dict) -> None:
+    try:
+        json.dumps(meta, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise RowProblem(Skip.BAD_ROW, f"record cannot be written as JSON: {type(exc).__name__}") from None
+
+
 class _Sampler:
     """Turns rows into ready-to-write samples (validation, images, tokens)."""
 
@@ -128,10 +135,8 @@ class _Sampler:
             sample.turns = [("user", ""), ("assistant", self._sidecar(sample, root))]
             sample.meta["caption"] = sample.turns[1][1]
         check_text(sample)
-        try:
-            json.dumps(sample.meta, ensure_ascii=False)   # the writer's serialisation must not fail later
-        except (ValueError, TypeError, RecursionError) as exc:
-            raise RowProblem(Skip.BAD_ROW, f"record cannot be written as JSON: {type(exc).__name__}") from None
+        if opts.format == "memmap":   # the memmap writer serialises the record after writing the images
+            _serialisable(sample.meta)
         images, sizes = [], []
         for ref in sample.images:
             data = read_ref(ref, root, opts.access, opts.storage_options)
@@ -242,9 +247,13 @@ def run_job(spec: JobSpec, opts: JobOptions, report: Callable[[int, int], None] 
             except Exception as exc:   # one row never ends the run: RecursionError, MemoryError, library bugs
                 stats.skip(Skip.BAD_ROW, row, unexpected.note(row, exc))
             else:
-                parts.add(key, meta, tokens, images, sizes)
-                stats.written += 1
-                stats.images += len(images)
+                try:
+                    parts.add(key, meta, tokens, images, sizes)
+                except RecursionError:   # a record nested too deep to serialise: the tar writer wrote nothing yet
+                    stats.skip(Skip.BAD_ROW, row, "record cannot be written as JSON: RecursionError")
+                else:
+                    stats.written += 1
+                    stats.images += len(images)
             if report is not None:
                 report(done, stats.written)
         infos = parts.close()

@@ -72,7 +72,10 @@ class ShardConfig:
 
     def access(self) -> AccessPolicy:
         """The data-access policy of this run (see ingest.access)."""
-        return AccessPolicy(image_root=self.image_root, allow_remote=self.allow_remote,
+        root = self.image_root
+        if root is not None and fsutil.is_local(root):
+            root = os.path.abspath(fsutil.local_path(root))   # workers may not share the caller's directory
+        return AccessPolicy(image_root=root, allow_remote=self.allow_remote,
                             allow_hosts=tuple(self.allow_hosts), max_bytes=self.max_image_bytes,
                             timeout=self.remote_timeout)
 
