@@ -186,3 +186,17 @@ def test_cli_options_and_inspect_show_the_new_reasons(root):
     r = subprocess.run([sys.executable, "-m", "vlmdata", "shard", str(root / "d.jsonl"), "-o", str(root / "o2"),
                         "--allow-host", "example.com"], capture_output=True, text=True)
     assert r.returncode == 2 and "--allow-host only applies with --allow-remote" in r.stderr
+
+
+def test_resume_of_a_run_started_before_the_access_settings(root):
+    """A `_jobs/config.json` written before --verify and the access policy existed resumes with their defaults."""
+    rows = [llava(i) for i in range(4)]
+    (root / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    shard(root / "d.jsonl", root / "out", max_samples_per_shard=2)
+    config = root / "out" / "_jobs" / "config.json"
+    old = json.loads(config.read_text())
+    del old["access"], old["verify"]
+    config.write_text(json.dumps(old))
+    assert shard(root / "d.jsonl", root / "out", max_samples_per_shard=2, resume=True).stats["resumed_jobs"] == 2
+    with pytest.raises(ConfigError, match="different settings .*verify"):
+        shard(root / "d.jsonl", root / "out", max_samples_per_shard=2, resume=True, verify="decode")

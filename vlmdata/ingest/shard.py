@@ -133,6 +133,8 @@ def _prepare_output(cfg: ShardConfig, fingerprint: dict) -> None:
         raise ConfigError(f"{cfg.output} already holds a dataset; pass --resume to continue it or use an empty output")
     if has_dataset and fsutil.exists(config_url, so):
         old = json.loads(fsutil.read_bytes(config_url, so))
+        # runs started before these settings existed used their defaults
+        old = {"access": json.loads(json.dumps(asdict(AccessPolicy()))), "verify": "header", **old}
         if old != fingerprint:
             changed = sorted(k for k in fingerprint if old.get(k) != fingerprint[k])
             raise ConfigError(f"--resume with different settings than the first run ({', '.join(changed)}); "
