@@ -24,6 +24,7 @@ from typing import Protocol
 
 import torch
 
+from pipelines.profiling import phase
 from vlmdata.decode import DynamicPolicy, FixedPolicy, make_policy
 from vlmdata.formats import Manifest
 
@@ -165,7 +166,8 @@ class StagedSource:
     def __iter__(self) -> Iterator[dict]:
         for batch in self.source:
             t = time.perf_counter()
-            batch = self.stage(batch)
+            with phase("decode_stage"):
+                batch = self.stage(batch)
             batch["stage_seconds"] = time.perf_counter() - t
             yield batch
 
@@ -236,3 +238,17 @@ def make_batch_source(opts: DataOptions, rank: int, world_size: int, device: tor
     else:
         log.info("rank %d: images decoded in the DataLoader workers (decoder=%s)", rank, opts.decoder)
     return staged_dataset_source(opts, rank, world_size, stage, pin_memory=device.type == "cuda")
+
+
+# Pack fields that stay on the host: the model reads them with .tolist()/int() (a device copy would
+# only add a device-to-host sync) or they are not tensors at all.
+HOST_FIELDS = frozenset({"image_grid", "vision_cu_seqlens", "sample_keys", "stats", "state", "max_seqlen"})
+
+
+def batch_to_device(batch: dict, device: torch.device) -> dict:
+    """A shallow copy of a pack with its tensors on `device` (non-blocking from pinned memory).
+
+    The trainer calls it just before the forward (the profiler's h2d phase); on the CPU nothing moves.
+    """
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) and k not in HOST_FIELDS else v
+            for k, v in batch.items()}

@@ -23,6 +23,15 @@
   reproduces the losses of an uninterrupted one.
 - Per step: real tokens/s, step time, data-wait fraction, loss (log lines,
   a JSONL file per rank under --out, and Prometheus metrics per rank).
+- Communication (DDP): `--ddp-bucket-mb`, `--ddp-static-graph`, gradient-as-bucket-view (on;
+  `--no-ddp-gradient-as-bucket-view`), `--comm-hook none|bf16|fp16|powersgd` with
+  `--powersgd-rank` / `--powersgd-start-iter`; every hook works with `--accum` (pipelines.comm).
+  The bytes the hook all-reduces are counted per step.
+- Profiling: `--profile STEPS` records a window of steps with torch.profiler (`--profile-wait`,
+  `--profile-warmup`, `--profile-repeat`), writes the trace under `--out/profile/` and logs where
+  the step time went, phase by phase (pipelines.profiling, pipelines.step_breakdown).
+- Telemetry: gradient norm and learning rate per step; on a GPU, NVML utilisation and memory and
+  torch's allocator peak (pipelines.telemetry); all of it in the log, the JSONL and the metrics.
 - GPU decode: on CUDA with `--decoder dali|auto`, the workers ship encoded
   images and DALI decodes them on the GPU in this process before each step
   (`pipelines.data.make_batch_source`); that time counts as data wait and is
@@ -48,9 +57,13 @@ import torch.distributed as dist
 from torch import nn
 
 from pipelines.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from pipelines.data import BatchSource, DataOptions, make_batch_source, model_fields_for
+from pipelines.comm import COMM_HOOKS, CommOptions, attach_comm_hook, ddp_kwargs, must_sync_every_micro_batch
+from pipelines.data import BatchSource, DataOptions, batch_to_device, make_batch_source, model_fields_for
 from pipelines.hf_model import HFModelConfig, build_model, hf_data_options, is_hf_model
 from pipelines.model import IGNORE, TinyVLM, VLMConfig, image_grids, param_checksum
+from pipelines.profiling import ProfileOptions, StepProfiler, phase
+from pipelines.step_breakdown import Breakdown, format_breakdown
+from pipelines.telemetry import GpuTelemetry, gradient_norm
 from vlmdata import fsutil
 from vlmdata.metrics import MetricSet, StatsDelta, serve_metrics
 
@@ -77,6 +90,8 @@ class TrainConfig:
     out_dir: str | None = None         # per-rank steps.rank{r}.jsonl and result.rank{r}.json
     metrics_port: int | None = None    # rank r serves on port + r (0: any free port)
     log_every: int = 1
+    comm: CommOptions = field(default_factory=CommOptions)          # DDP buckets and communication hook
+    profile: ProfileOptions = field(default_factory=ProfileOptions)  # --profile window
 
 
 @dataclass
@@ -102,6 +117,8 @@ class StepRecord:
     wait_seconds: float         # this rank
     lr: float
     extra: dict = field(default_factory=dict)
+    grad_norm: float = 0.0      # global, before clipping
+    allreduce_bytes: int = 0    # this rank: gradient bytes the DDP hook all-reduced
 
 
 def init_distributed() -> DistInfo:
@@ -146,8 +163,8 @@ def real_token_count(batch: dict) -> int:
     return int(batch["cu_seqlens"][-1]) if sample_count(batch) else 0
 
 
-def wrap_model(model: nn.Module, info: DistInfo, fsdp: bool) -> nn.Module:
-    """DDP (default) or FSDP2 over every transformer block plus the root."""
+def wrap_model(model: nn.Module, info: DistInfo, fsdp: bool, comm: CommOptions | None = None) -> nn.Module:
+    """DDP (default; buckets etc. from `comm`) or FSDP2 over every transformer block plus the root."""
     if fsdp:
         from torch.distributed.fsdp import fully_shard
 
@@ -161,7 +178,7 @@ def wrap_model(model: nn.Module, info: DistInfo, fsdp: bool) -> nn.Module:
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [info.local_rank] if info.device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids)
+    return DistributedDataParallel(model, device_ids=ids, **ddp_kwargs(comm or CommOptions()))
 
 
 def _sync_context(model: nn.Module, sync: bool):
@@ -169,7 +186,7 @@ def _sync_context(model: nn.Module, sync: bool):
     if hasattr(model, "set_requires_gradient_sync"):
         model.set_requires_gradient_sync(sync)
         return contextlib.nullcontext()
-    if not sync and hasattr(model, "no_sync"):
+    if not sync and hasattr(model, "no_sync") and not must_sync_every_micro_batch(model):
         return model.no_sync()
     return contextlib.nullcontext()
 
@@ -189,9 +206,13 @@ def accumulate_gradients(model: nn.Module, micro: list[dict], global_count: int,
     scale = world_size / max(global_count, 1)
     total = torch.zeros((), dtype=torch.float64, device=device)
     for i, batch in enumerate(micro):
+        with phase("h2d"):
+            batch = batch_to_device(batch, device)
         with _sync_context(model, sync=i == len(micro) - 1), _autocast(device):
-            loss_sum, _ = model(batch)
-            (loss_sum * scale).backward()
+            with phase("lm_forward"):  # the whole model call; vision_encoder and projector nest inside
+                loss_sum, _ = model(batch)
+            with phase("backward"):
+                (loss_sum * scale).backward()
         total += loss_sum.detach().double()
     return total
 
@@ -227,9 +248,15 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, model_cfg: VLMConfig | HFModelConfig, info: DistInfo):
         self.cfg, self.info = cfg, info
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP broadcasts them too)
-        self.model = wrap_model(build_model(model_cfg, info.device), info, cfg.fsdp)
+        check_options(cfg)
+        if info.world_size == 1 and not cfg.comm.is_default():
+            log.warning("one rank: no gradient communication, so --comm-hook/--ddp-* have no effect")
+        self.model = wrap_model(build_model(model_cfg, info.device), info, cfg.fsdp, cfg.comm)
+        self.comm = attach_comm_hook(self.model, cfg.comm)  # None without DDP
         self.optimizer = make_optimizer(self.model, cfg)
         self.metrics = MetricSet()
+        self.profiler = StepProfiler(cfg.profile, cfg.out_dir, info.rank, info.device, self._on_breakdown)
+        self.gpu = GpuTelemetry.open(info.device)
         self.loader_stats = StatsDelta()  # the packs' own counts (samples, skips, cache tiers), summed
         self.records: list[StepRecord] = []
         self.decode_stage: str | None = None  # class name of the source's in-process decode stage, if any
@@ -263,11 +290,16 @@ class Trainer:
             self._server, self.metrics_url = start_metrics_server(self.metrics, cfg.metrics_port, info.rank)
         steps_file = self._open_steps_file()
         end = cfg.steps if cfg.stop_after is None else min(cfg.steps, cfg.stop_after)
+        if info.rank == 0:
+            log.info("%s; %s", self.gpu.describe(),
+                     cfg.comm.describe() if self.comm else "no gradient all-reduce hook (FSDP or one rank)")
         it = iter(source)
+        self.profiler.start(self.module)
         try:
             for step in range(self.start_step, end):
                 record = self.train_step(step, it)
                 self.records.append(record)
+                self.profiler.step()
                 if steps_file:
                     steps_file.write(json.dumps(asdict(record)) + "\n")
                     steps_file.flush()
@@ -278,6 +310,7 @@ class Trainer:
                     save_checkpoint(cfg.ckpt_dir, step + 1, self.model, self.optimizer, source.state_dict(),
                                     extra={"loss": record.loss})
         finally:
+            self.profiler.stop()
             if steps_file:
                 steps_file.close()
             close = getattr(it, "close", None)
@@ -298,10 +331,12 @@ class Trainer:
     def train_step(self, step: int, it: Iterator[dict]) -> StepRecord:
         info, cfg = self.info, self.cfg
         t0 = time.perf_counter()
+        self.profiler.begin_step(step)
         micro, wait, stage = [], 0.0, 0.0
         for _ in range(cfg.accum):
             t = time.perf_counter()
-            batch = next(it)
+            with phase("data_wait"):
+                batch = next(it)
             wait += time.perf_counter() - t
             stage += batch.pop("stage_seconds", 0.0)  # in-process decode: part of the wait
             micro.append(batch)
@@ -316,13 +351,15 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         loss_sum = accumulate_gradients(self.model, micro, global_count, info.world_size, info.device)
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        with phase("optimizer"):
+            grad_norm = gradient_norm(self.model, cfg.grad_clip)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         if info.device.type == "cuda":
             torch.cuda.synchronize(info.device)  # the step's kernels belong to this step's time
         elapsed = time.perf_counter() - t0
+        self.profiler.end_step(step, elapsed)
+        health = self._observe_health(float(grad_norm), lr)
         self.metrics.observe_wait(wait, info.rank)
         self.metrics.observe_step(elapsed, info.rank)
         real = sum(real_token_count(b) for b in micro)
@@ -335,7 +372,31 @@ class Trainer:
                           real_tokens=int(real_g), images=int(images_g), samples=int(samples_g), packs=int(packs_g),
                           step_seconds=elapsed, wait_seconds=wait, lr=lr,
                           extra={"local_real_tokens": real, "local_loss_sum": float(loss_sum),
-                                 "stage_seconds": stage})
+                                 "stage_seconds": stage, **health["extra"]},
+                          grad_norm=health["grad_norm"], allreduce_bytes=health["allreduce_bytes"])
+
+    def _observe_health(self, grad_norm: float, lr: float) -> dict:
+        """After the timed step: gradient norm, learning rate, all-reduced bytes, GPU reading -> metrics."""
+        rank = self.info.rank
+        self.metrics.observe_optimizer(grad_norm, lr, rank)
+        nbytes = self.comm.take() if self.comm else 0
+        self.metrics.observe_allreduce(nbytes, rank)
+        extra = {}
+        sample = self.gpu.sample()
+        if sample is not None:
+            self.metrics.observe_gpu(sample.to_dict(), rank)
+            extra["gpu"] = sample.to_dict()
+        return {"grad_norm": grad_norm, "allreduce_bytes": nbytes, "extra": extra}
+
+    def _on_breakdown(self, b: Breakdown) -> None:
+        """A profiling window ended: log its breakdown (rank 0), count it in the metrics, keep it."""
+        self.metrics.observe_phases(b.phase_seconds, self.info.rank)
+        if self.cfg.out_dir:
+            path = os.path.join(self.cfg.out_dir, "profile", f"breakdown.rank{self.info.rank}.jsonl")
+            with open(path, "a") as f:
+                f.write(json.dumps(b.to_dict()) + "\n")
+        if self.info.rank == 0:
+            log.info("%s", format_breakdown(b))
 
     def summary(self) -> dict:
         """This rank's totals; throughput excludes the first step (loader start-up, warm-up)."""
@@ -361,9 +422,20 @@ class Trainer:
             "total_real_tokens": sum(r.real_tokens for r in self.records),
             "total_packs": sum(r.packs for r in self.records),
             "loader_stats": self.loader_stats.to_dict(),
+            "grad_norms": [r.grad_norm for r in self.records],
+            "comm": self._comm_summary(),
+            "gpu_telemetry": self.gpu.summary(),
+            "profile": [b.to_dict() for b in self.profiler.breakdowns],
         }
 
+    def _comm_summary(self) -> dict:
+        per_step = [r.allreduce_bytes for r in self.records]
+        return {"hook": self.cfg.comm.hook if self.comm else None, "options": asdict(self.cfg.comm),
+                "allreduce_bytes_per_step": per_step,
+                "mean_allreduce_bytes": sum(per_step) / len(per_step) if per_step else 0.0}
+
     def close(self) -> None:
+        self.gpu.close()
         if self._server is not None:
             self._server.close() if hasattr(self._server, "close") else self._server.shutdown()
 
@@ -371,8 +443,28 @@ class Trainer:
 def format_record(r: StepRecord, world: int) -> str:
     tps = r.real_tokens / r.step_seconds if r.step_seconds else 0.0
     frac = r.wait_seconds / r.step_seconds if r.step_seconds else 0.0
+    gpu = r.extra.get("gpu")
+    if gpu and gpu.get("memory_used") is not None:
+        gpu_text = (f" gpu {100 * gpu['utilization']:.0f}% mem {gpu['memory_used'] / 2**30:.1f}/"
+                    f"{gpu['memory_total'] / 2**30:.0f} GiB")
+    elif gpu:
+        gpu_text = f" gpu max-allocated {gpu['max_allocated'] / 2**30:.1f} GiB"
+    else:
+        gpu_text = ""
     return (f"step {r.step + 1} loss {r.loss:.4f} tokens/s {tps:,.0f} ({world} ranks) "
-            f"step {r.step_seconds * 1000:.0f} ms data-wait {100 * frac:.1f}% lr {r.lr:.2e}")
+            f"step {r.step_seconds * 1000:.0f} ms data-wait {100 * frac:.1f}% lr {r.lr:.2e} "
+            f"grad-norm {r.grad_norm:.3f}{gpu_text}")
+
+
+def check_options(cfg: TrainConfig) -> None:
+    """Raise ValueError, saying what to change, for communication and profiling options that cannot work."""
+    cfg.comm.validate()
+    cfg.profile.validate()
+    if cfg.fsdp and not cfg.comm.is_default():
+        raise ValueError("--comm-hook, --ddp-* and --powersgd-* tune DDP; FSDP2 (--fsdp) does not use them: "
+                         "drop them or drop --fsdp")
+    if cfg.profile.enabled and not cfg.out_dir:
+        raise ValueError("--profile writes a trace: give --out DIR as well")
 
 
 SourceFactory = Callable[[DistInfo], BatchSource]
@@ -425,6 +517,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="directory for per-rank step logs and results")
     p.add_argument("--metrics-port", type=int, default=None)
     p.add_argument("--log-every", type=int, default=1)
+    g = p.add_argument_group("DDP communication (pipelines.comm)")
+    g.add_argument("--comm-hook", default="none", choices=COMM_HOOKS,
+                   help="gradient all-reduce: none (fp32), bf16/fp16 (half the bytes), powersgd (low rank)")
+    g.add_argument("--powersgd-rank", type=int, default=2, help="PowerSGD matrix approximation rank")
+    g.add_argument("--powersgd-start-iter", type=int, default=10,
+                   help="optimizer steps of plain all-reduce before PowerSGD compresses (>= 2)")
+    g.add_argument("--ddp-bucket-mb", type=float, default=25.0, help="DDP gradient bucket size (MB)")
+    g.add_argument("--ddp-static-graph", action="store_true", help="tell DDP the graph is the same every step")
+    g.add_argument("--ddp-gradient-as-bucket-view", action=argparse.BooleanOptionalAction, default=True,
+                   help="gradients are views into DDP's buckets (saves a copy and memory)")
+    g = p.add_argument_group("profiling (pipelines.profiling)")
+    g.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                   help="record STEPS steps with torch.profiler; trace and breakdown under --out/profile/")
+    g.add_argument("--profile-wait", type=int, default=1, help="steps skipped before the warm-up")
+    g.add_argument("--profile-warmup", type=int, default=1, help="profiled steps discarded (profiler start-up)")
+    g.add_argument("--profile-repeat", type=int, default=1, help="profiling windows; 0: until the run ends")
     return p
 
 
@@ -450,7 +558,15 @@ def configs_from_args(args: argparse.Namespace) -> tuple[TrainConfig, VLMConfig 
                       optimizer=args.optimizer, grad_clip=args.grad_clip, fsdp=args.fsdp, seed=args.seed,
                       ckpt_dir=args.ckpt_dir, ckpt_every=args.ckpt_every, resume=args.resume,
                       stop_after=args.stop_after, out_dir=args.out, metrics_port=args.metrics_port,
-                      log_every=args.log_every)
+                      log_every=args.log_every,
+                      comm=CommOptions(hook=args.comm_hook, bucket_mb=args.ddp_bucket_mb,
+                                       static_graph=args.ddp_static_graph,
+                                       gradient_as_bucket_view=args.ddp_gradient_as_bucket_view,
+                                       powersgd_rank=args.powersgd_rank,
+                                       powersgd_start_iter=args.powersgd_start_iter),
+                      profile=ProfileOptions(steps=args.profile, wait=args.profile_wait, warmup=args.profile_warmup,
+                                             repeat=args.profile_repeat))
+    check_options(cfg)
     return cfg, model_cfg, data
 
 

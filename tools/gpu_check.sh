@@ -16,9 +16,12 @@
 #                the packs' shared memory, next to a plain 256 MiB H2D copy) and DALI mixed decode images/s
 #                end to end (tar shards, defer_decode, DaliGpuStage in the training process)
 #   attention    pipelines.attention: each CUDA varlen backend equals the reference (if pipelines/ exists)
+#   attn-bench   tools/bench_attention.py: time and peak memory of each varlen backend vs padded SDPA
+#   telemetry    tests/pipelines/test_telemetry.py + test_profiling.py on the GPU: NVML and allocator
+#                metrics, and the profiler's step breakdown from CUDA kernels (sums to the step time)
 #   train        a few steps of pipelines.train under torchrun, fixed and dynamic images (if present);
 #                the images must be decoded by DaliGpuStage in the training process (--decode-stage
-#                auto on a GPU; dali-cpu in the dry run)
+#                auto on a GPU; dali-cpu in the dry run); the fixed-size run is profiled (--profile 2)
 #
 # GPU_CHECK_DRY=1 runs the GPU steps on the CPU instead (DALI "cpu" for "mixed", reference attention,
 # CPU training) to test this script on a machine without a GPU; the result is still FAIL there.
@@ -194,6 +197,13 @@ for n in names:
 sys.exit(f"backends disagree with the reference: {bad}" if bad else 0)
 EOF
 }
+attn_bench_step() {
+    "$PY" tools/bench_attention.py $REQUIRE_GPU --device "$ATTN_DEVICE" $ATTN_BENCH_ARGS \
+        --out "$OUT/bench-attention-$ATTN_DEVICE.md"
+}
+telemetry_step() {
+    "$PY" -m pytest -q -rs -p no:cacheprovider tests/pipelines/test_telemetry.py tests/pipelines/test_profiling.py
+}
 train_step() {
     local ds="$OUT/train-ds" rc=0
     # a file, not stdin: the sharding engine starts worker processes that re-import __main__
@@ -211,7 +221,8 @@ EOF
     for size in 56 dynamic; do
         "$PY" -m torch.distributed.run --nproc_per_node 1 -m pipelines.train --data "$ds" --steps 6 \
             --image-size "$size" --max-tokens 2048 --num-workers 2 --decoder auto --attn-backend auto \
-            --decode-stage "$DECODE_STAGE" --out "$OUT/train-$size" || { rc=1; continue; }
+            --decode-stage "$DECODE_STAGE" --out "$OUT/train-$size" \
+            $( [ "$size" = 56 ] && echo --profile 2 ) || { rc=1; continue; }
         # --decoder auto must decode in the training process (DaliGpuStage: nvJPEG; DALI CPU in the dry run)
         "$PY" - "$OUT/train-$size/result.rank0.json" "$size" <<'EOF' || rc=1
 import json, math, sys
@@ -224,14 +235,19 @@ if len(losses) != 6 or not all(math.isfinite(x) for x in losses):
     sys.exit("bad losses")
 if stage != "DaliGpuStage":
     sys.exit("--decoder auto should decode with DaliGpuStage in the training process here")
+for w in r.get("profile", []):  # the profiled run: its breakdown must add up to the measured step time
+    print(f"profile steps {w['steps']}: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in w["shares"].items()))
+    if abs(w["total_seconds"] - w["measured_seconds"]) > 0.05 * w["measured_seconds"]:
+        sys.exit("the profiler's phases do not add up to the measured step time")
 EOF
     done
     return $rc
 }
-MIXED=mixed REQUIRE_GPU=--require-gpu ATTN_DEVICE=cuda DECODE_STAGE=auto LOADER_DEVICE=cuda
+MIXED=mixed REQUIRE_GPU=--require-gpu ATTN_DEVICE=cuda DECODE_STAGE=auto ATTN_BENCH_ARGS="" LOADER_DEVICE=cuda
 if [ "${GPU_CHECK_DRY:-0}" = 1 ] && [ "$HAVE_GPU" = 0 ]; then
     echo "GPU_CHECK_DRY=1: running the GPU steps on the CPU (script self-test)"
-    MIXED=cpu REQUIRE_GPU="" ATTN_DEVICE=cpu DECODE_STAGE=dali-cpu LOADER_DEVICE=cpu
+    MIXED=cpu REQUIRE_GPU="" ATTN_DEVICE=cpu DECODE_STAGE=dali-cpu ATTN_BENCH_ARGS="--tokens 2048 --packs 1 --rounds 1"
+    LOADER_DEVICE=cpu
 fi
 if [ "$HAVE_GPU" = 1 ] || [ "$MIXED" = cpu ]; then
     run_step dali-mixed "DALI mixed decode failed" mixed_step
@@ -239,10 +255,12 @@ if [ "$HAVE_GPU" = 1 ] || [ "$MIXED" = cpu ]; then
     run_step loader-gpu "GPU loader benchmark failed" loader_gpu_step
     if [ -f pipelines/attention.py ]; then run_step attention "varlen attention check failed" attention_step
     else skip attention "pipelines/attention.py not present"; fi
+    run_step attn-bench "attention benchmark failed" attn_bench_step
+    run_step telemetry "GPU telemetry / profiler tests failed" telemetry_step
     if [ -f pipelines/train.py ] && [ -f pipelines/corpus.py ]; then run_step train "training steps failed" train_step
     else skip train "pipelines/train.py not present"; fi
 else
-    for s in dali-mixed bench loader-gpu attention train; do skip "$s" "needs an NVIDIA GPU"; done
+    for s in dali-mixed bench loader-gpu attention attn-bench telemetry train; do skip "$s" "needs an NVIDIA GPU"; done
 fi
 
 # ---- summary ------------------------------------------------------------------------------

@@ -129,6 +129,11 @@ class Skip:
     BAD_ROW = "bad_row"                        # unparseable row
     READ_ERROR = "read_error"                  # an input or image file that could not be read
     MISSING_FILE = "missing_file"              # an image reference that names no file
+    NOT_A_REGULAR_FILE = "not_a_regular_file"  # a device, FIFO or socket named as an image or caption
+    FILE_TOO_LARGE = "file_too_large"          # an image or caption file over --max-image-bytes
+    READ_TIMEOUT = "read_timeout"              # a remote image read that did not finish in time
+    OUTSIDE_ROOT = "outside_root"              # a reference (or symlink) leading outside the image root
+    REMOTE_NOT_ALLOWED = "remote_not_allowed"  # a remote or chained URL without --allow-remote / --allow-host
     BAD_TEXT = "bad_text"                      # text of the wrong type or layout
     EMPTY_TEXT = "empty_text"
     MISSING_TEXT = "missing_text"
@@ -143,10 +148,13 @@ class Skip:
     BAD_IMAGE_HEADER = "bad_image_header"
     DECOMPRESSION_BOMB = "decompression_bomb"
     TRUNCATED_IMAGE = "truncated_image"
-    UNDECODABLE_IMAGE = "undecodable_image"
+    UNDECODABLE_IMAGE = "undecodable_image"    # fails a full decode (--verify decode, re-encode, memmap)
     # foreign tars (vlmdata index)
     TRUNCATED_SAMPLE = "truncated_sample"
-    CORRUPT_SHARD = "corrupt_shard"
+    CORRUPT_SHARD = "corrupt_shard"            # an unreadable tar header or stream: the rest of the shard
+    MEMBER_TOO_LARGE = "member_too_large"      # a member larger than an image or text may be (not read)
+    LINK_MEMBER = "link_member"                # a sample with a symlink, hard link, device or FIFO member
+    BAD_MEMBER_NAME = "bad_member_name"        # a member name that is not UTF-8
     # load time (VLMDataset)
     FETCH_ERROR = "fetch_error"
     SHARD_ERROR = "shard_error"
@@ -155,6 +163,7 @@ class Skip:
     DECODE_ERROR = "decode_error"
     BAD_INDEX = "bad_index"                    # the shard's index cannot be read or describes another shard
     INDEX_MISMATCH = "index_mismatch"          # an index row that does not match the member it points at
+    DECODER_EXCEPTION = "decoder_exception"    # an unexpected exception type from a decoder (logged once)
     IMAGE_TOO_LARGE = "image_too_large"        # more pixels than the decoder's limit
     TOO_MANY_IMAGES = "too_many_images"
     OVERLONG = "overlong"

@@ -16,6 +16,7 @@ from vlmdata.formats import (
     MemberCheck,
     ShardInfo,
     check_index_file,
+    is_utf8_name,
     memmap_bad_rows,
     scan_tar,
 )
@@ -33,9 +34,12 @@ def foreign_tar(fmt: int, names: list[str], encoding: str = "utf-8") -> bytes:
 
 
 def index_of(data: bytes):
-    """The index `vlmdata index` would build: key = name up to the first dot of the basename."""
+    """The index `vlmdata index` would build: key = name up to the first dot of the basename; members whose
+    names are not UTF-8 are left out (`vlmdata index` counts them as bad_member_name)."""
     samples: dict[str, dict] = {}
     for entry, _ in scan_tar(CountingReader(io.BytesIO(data))):
+        if not is_utf8_name(entry.name):
+            continue
         slash = entry.name.rfind("/") + 1
         dot = entry.name.find(".", slash)
         key, ext = entry.name[:dot], entry.name[dot + 1:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import struct
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -14,7 +15,7 @@ FORMATS = [("JPEG", "jpg"), ("PNG", "png"), ("GIF", "gif"), ("WEBP", "webp"), ("
 
 
 def webp(size, chunk: str = "VP8 ", payload: int = 200) -> bytes:
-    """A WebP container with a valid header for `chunk` (this Pillow build cannot write WebP)."""
+    """A WebP container with a valid header for `chunk` and a dummy payload (only its header is read)."""
     w, h = size
     if chunk == "VP8 ":
         body = b"\x10\x02\x00" + b"\x9d\x01\x2a" + struct.pack("<HH", w, h)
@@ -92,46 +93,60 @@ def _oriented_jpeg(w: int = 96, h: int = 48, orientation: int = 6) -> bytes:
 
 
 def test_exif_orientation_index_sizes_equal_decoded_sizes(tmp_path):
-    """Index (w, h) are the stored pixels, which is what Pillow and the project's DALI path decode."""
+    """Index (w, h) are the displayed pixels (EXIF orientation applied), which is what every decoder returns."""
     import json
 
     import numpy as np
 
     from tests.helpers.shards import shard
-    from vlmdata.decode import DynamicPolicy, PillowDecoder
+    from vlmdata.decode import DynamicPolicy, PillowDecoder, TurboDecoder
     from vlmdata.formats import SampleIndex
 
     data = _oriented_jpeg()
     assert Image.open(io.BytesIO(data)).getexif()[0x0112] == 6
-    assert check_image(data, 1 << 30)[1:] == (96, 48)
+    assert check_image(data, 1 << 30)[1:] == (48, 96)
     (tmp_path / "a.jpg").write_bytes(data)
-    conv = [{"from": "human", "value": "<image>"}, {"from": "gpt", "value": "red then blue"}]
+    conv = [{"from": "human", "value": "<image>"}, {"from": "gpt", "value": "red above blue"}]
     (tmp_path / "d.jsonl").write_text(json.dumps({"id": "r", "image": "a.jpg", "conversations": conv}) + "\n")
     shard(tmp_path / "d.jsonl", tmp_path / "out")
     idx = SampleIndex.load(str(next((tmp_path / "out").glob("*.index.npz"))))
     sizes = [(int(idx.width[0]), int(idx.height[0]))]
-    assert sizes == [(96, 48)]
-    assert np.asarray(Image.open(io.BytesIO(data))).shape == (48, 96, 3)  # raw decode = index size
+    assert sizes == [(48, 96)]
 
     policy = DynamicPolicy(patch=8, merge=1, min_pixels=16 * 16, max_pixels=96 * 48)
     from vlmdata.decode.dali import DaliCpuDecoder
 
-    tw, th = policy.target_size(96, 48)
-    for dec in (PillowDecoder(), DaliCpuDecoder()):
+    tw, th = policy.target_size(48, 96)
+    for dec in (PillowDecoder(), TurboDecoder(), DaliCpuDecoder()):
         (out,) = dec.decode([data], sizes, policy)
         assert out.shape == (th, tw, 3), dec.name
-        # not rotated: red stays left, blue right (a rotation would put them top/bottom)
-        left, right = out[:, : tw // 2 - 2].mean((0, 1)), out[:, tw // 2 + 2:].mean((0, 1))
-        assert left[0] > 180 and left[2] < 40 and right[2] > 180 and right[0] < 40, (dec.name, left, right)
+        # turned 90 degrees clockwise, as displayed: the stored left half (red) is now on top
+        top, bottom = out[: th // 2 - 2].mean((0, 1)), out[th // 2 + 2:].mean((0, 1))
+        assert top[0] > 180 and top[2] < 40 and bottom[2] > 180 and bottom[0] < 40, (dec.name, top, bottom)
+    assert np.asarray(Image.open(io.BytesIO(data))).shape == (48, 96, 3)   # stored pixels, for the record
 
 
-def test_reencode_keeps_only_the_orientation_tag_and_stored_pixels():
+def test_reencode_stores_displayed_pixels_without_an_orientation_tag():
     data = _oriented_jpeg(400, 200)
+    assert check_image(data, 1 << 30)[1:] == (200, 400)
     im = prepare_image(data, ImageOptions(resize_max_side=100))
-    assert (im.width, im.height) == (100, 50)
+    assert (im.width, im.height) == (50, 100)
     out = Image.open(io.BytesIO(im.data))
-    assert out.size == (100, 50) and dict(out.getexif()) == {0x0112: 6}
-    plain = io.BytesIO()
-    Image.new("RGB", (400, 200)).save(plain, format="JPEG")
-    assert dict(Image.open(io.BytesIO(prepare_image(plain.getvalue(), ImageOptions(resize_max_side=100)).data))
-                .getexif()) == {}
+    assert out.size == (50, 100) and dict(out.getexif()) == {}
+    arr = np.asarray(out.convert("RGB")).astype(int)
+    assert arr[:40].mean((0, 1))[0] > 180 and arr[60:].mean((0, 1))[2] > 180   # red on top, blue below
+
+
+def test_decode_failures_never_quote_the_files_bytes(monkeypatch):
+    """A decoder message that quotes file bytes (Pillow: "broken PNG file (chunk b'...')") is scrubbed."""
+    import vlmdata.ingest.images as images_mod
+
+    def broken(*args, **kwargs):
+        raise SyntaxError("broken PNG file (chunk b'root:*:0')")
+
+    from PIL import ImageFile
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", broken)
+    with pytest.raises(ImageProblem) as e:
+        images_mod.verify_decodes(encode("PNG"), 10**8)
+    assert e.value.reason == "undecodable_image" and "root" not in str(e.value) and "broken PNG" in str(e.value)

@@ -30,8 +30,9 @@ def test_killed_run_resumes_to_identical_output(corrupt_llava_corpus, tmp_path):
     data = tmp_path / "data.jsonl"
     os.mkfifo(data)
     out = tmp_path / "out"
+    root = str(corrupt_llava_corpus)   # the rows name absolute paths there: the image root
     cmd = [sys.executable, "-m", "vlmdata", "shard", str(data), "-o", str(out), "--workers", "1",
-           "--max-samples-per-shard", "10"]
+           "--max-samples-per-shard", "10", "--image-root", root]
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def feed() -> None:  # 25 rows: jobs 0 and 1 complete, then the reader blocks on the pipe
@@ -61,16 +62,16 @@ def test_killed_run_resumes_to_identical_output(corrupt_llava_corpus, tmp_path):
     os.unlink(data)
     data.write_text("".join(lines))
     ref = tmp_path / "ref"
-    shard(data, ref, max_samples_per_shard=10)
+    shard(data, ref, max_samples_per_shard=10, image_root=root)
 
     assert (out / "_jobs" / "job-000000.json").exists() and not (out / "_jobs" / "job-000002.json").exists()
     damaged = out / "shard-000001-00.tar"
     damaged.write_bytes(damaged.read_bytes()[:-1024])  # a committed job whose shard was damaged since
-    m = shard(data, out, max_samples_per_shard=10, resume=True, workers=2)
+    m = shard(data, out, max_samples_per_shard=10, resume=True, workers=2, image_root=root)
     assert m.stats["resumed_jobs"] == 1 and m.stats["jobs"] == 6
     assert tar_tree(out) == tar_tree(ref)
     ref_m = Manifest.load(str(ref))
     assert m.shards == ref_m.shards
     assert m.stats["skipped"] == ref_m.stats["skipped"]
-    again = shard(data, out, max_samples_per_shard=10, resume=True)
+    again = shard(data, out, max_samples_per_shard=10, resume=True, image_root=root)
     assert again.stats["resumed_jobs"] == 6 and tar_tree(out) == tar_tree(ref)

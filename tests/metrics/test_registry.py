@@ -54,3 +54,32 @@ def test_exported_series_names_and_labels():
     assert names["vlmdata_step_duration_seconds_bucket"] == ("rank", "le")
     assert names["vlmdata_prefetch_lead_items"] == ()
     assert all(n.startswith("vlmdata_") for n in names)
+
+
+def test_training_toolbox_metrics():
+    """Profiled phase seconds add up; optimizer and GPU gauges hold the last reading; None readings are skipped."""
+    ms = MetricSet()
+    ms.observe_phases({"backward": 0.5, "lm_forward": 0.25, "communication": 0.0}, rank=1)
+    ms.observe_phases({"backward": 0.5}, rank=1)
+    assert value(ms, "vlmdata_train_phase_seconds_total", rank="1", phase="backward") == pytest.approx(1.0)
+    assert value(ms, "vlmdata_train_phase_seconds_total", rank="1", phase="lm_forward") == pytest.approx(0.25)
+    assert value(ms, "vlmdata_train_phase_seconds_total", rank="1", phase="communication") is None
+    ms.observe_optimizer(2.5, 1e-3, rank=1)
+    ms.observe_optimizer(1.5, 5e-4, rank=1)
+    assert value(ms, "vlmdata_train_grad_norm", rank="1") == 1.5
+    assert value(ms, "vlmdata_train_learning_rate", rank="1") == 5e-4
+    ms.observe_allreduce(1000, rank=1)
+    ms.observe_allreduce(24, rank=1)
+    assert value(ms, "vlmdata_train_allreduce_bytes_total", rank="1") == 1024
+    ms.observe_gpu({"gpu": 3, "utilization": 0.75, "memory_used": 10, "memory_peak": 12, "memory_total": 80,
+                    "max_allocated": 9}, rank=1)
+    ms.observe_gpu({"gpu": 3, "utilization": None, "memory_used": None, "memory_peak": None, "memory_total": None,
+                    "max_allocated": 11}, rank=1)  # no NVML: only the allocator peak moves
+    assert value(ms, "vlmdata_gpu_utilization_ratio", rank="1", gpu="3") == 0.75
+    assert value(ms, "vlmdata_gpu_memory_used_bytes", rank="1", gpu="3") == 10
+    assert value(ms, "vlmdata_gpu_memory_peak_bytes", rank="1", gpu="3") == 12
+    assert value(ms, "vlmdata_gpu_memory_total_bytes", rank="1", gpu="3") == 80
+    assert value(ms, "vlmdata_gpu_max_memory_allocated_bytes", rank="1") == 11
+    plain = MetricSet(rank_labels=False)
+    plain.observe_gpu({"gpu": 0, "utilization": 0.5, "max_allocated": 1})
+    assert value(plain, "vlmdata_gpu_utilization_ratio", gpu="0") == 0.5

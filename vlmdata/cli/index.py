@@ -5,6 +5,8 @@ import argparse
 import sys
 
 from vlmdata.cli.options import parse_storage_options, run_with_progress, skipped_summary
+from vlmdata.cli.tune import parse_size
+from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS
 from vlmdata.ingest.index_foreign import IndexConfig, index_dataset
 
@@ -19,6 +21,8 @@ def register(subparsers) -> None:
     p.add_argument("--tokenizer", default=None, help="a tokenizers JSON file (default: embedded byte tokenizer)")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
     p.add_argument("--max-image-pixels", type=int, default=DEFAULT_MAX_PIXELS)
+    p.add_argument("--max-member-bytes", type=parse_size, default=DEFAULT_MAX_IMAGE_BYTES,
+                   help="skip samples with an image or text member larger than this, unread (default 64M)")
     p.add_argument("--storage-options", default=None, help="fsspec storage options as JSON, or @file.json")
     p.set_defaults(func=run)
 
@@ -30,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     cfg = IndexConfig(root=args.root, text=args.text, json_field=args.json_field, tokenizer=args.tokenizer,
-                      workers=args.workers, max_image_pixels=args.max_image_pixels, storage_options=so)
+                      workers=args.workers, max_image_pixels=args.max_image_pixels, storage_options=so,
+                      max_member_bytes=args.max_member_bytes)
     manifest, dt = run_with_progress(lambda update: index_dataset(cfg, progress=update))
     if manifest is None:
         return 2

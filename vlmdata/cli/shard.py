@@ -5,8 +5,11 @@ import argparse
 import sys
 
 from vlmdata.cli.options import parse_storage_options, run_with_progress, skipped_summary
+from vlmdata.cli.tune import parse_size
 from vlmdata.errors import ConfigError
+from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_REMOTE_TIMEOUT
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS
+from vlmdata.ingest.job import VERIFY_MODES
 from vlmdata.ingest.layouts import parse_columns
 from vlmdata.ingest.readers import INPUT_FORMAT_ALIASES, INPUT_FORMATS
 from vlmdata.ingest.records import ColumnSpec
@@ -46,6 +49,22 @@ def register(subparsers) -> None:
     p.add_argument("--quality", type=int, default=None, help="JPEG quality when re-encoding (default 95)")
     p.add_argument("--max-image-pixels", type=int, default=DEFAULT_MAX_PIXELS,
                    help="skip larger images as decompression bombs")
+    p.add_argument("--max-image-bytes", type=parse_size, default=DEFAULT_MAX_IMAGE_BYTES,
+                   help="skip image (and caption) files larger than this, e.g. 64M (default 64M); "
+                        "never read past it")
+    p.add_argument("--verify", choices=VERIFY_MODES, default="header",
+                   help="header (default): header, size and end-marker checks; decode: also decode every image "
+                        "fully and strictly in the workers, skipping those that do not decode cleanly (slower)")
+    p.add_argument("--image-root", default=None,
+                   help="directory relative image references resolve against; rows may only read files under it "
+                        "(default: each input's own directory)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="let rows name remote image URLs (http, https, s3, gs, ...); off by default")
+    p.add_argument("--allow-host", action="append", default=[], metavar="HOST",
+                   help="with --allow-remote: read remote images only from HOST (host name or bucket; repeat or "
+                        "comma-separate for several)")
+    p.add_argument("--remote-timeout", type=float, default=DEFAULT_REMOTE_TIMEOUT,
+                   help=f"seconds one remote image read may take (default {DEFAULT_REMOTE_TIMEOUT:g})")
     p.add_argument("--image-column", default=None, help="caption tables: the image column")
     p.add_argument("--text-column", default=None, help="caption tables: the text column")
     p.add_argument("--id-column", default=None, help="the sample id column (default: id/key, else row number)")
@@ -74,7 +93,10 @@ def run(args: argparse.Namespace) -> int:
                       columns=ColumnSpec(image=args.image_column, text=args.text_column, id=args.id_column,
                                          mapping=mapping),
                       storage_options=storage_options, fsync=not args.no_fsync, train_on=args.train_on,
-                      family=args.family, view=args.view)
+                      family=args.family, view=args.view, image_root=args.image_root,
+                      allow_remote=args.allow_remote,
+                      allow_hosts=tuple(h.strip() for arg in args.allow_host for h in arg.split(",") if h.strip()),
+                      max_image_bytes=args.max_image_bytes, remote_timeout=args.remote_timeout, verify=args.verify)
     interval = max(0.0, args.progress_interval)
     manifest, dt = run_with_progress(lambda update: shard_dataset(cfg, progress=update, progress_interval=interval))
     if manifest is None:

@@ -2,6 +2,8 @@
 from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "check_codecs": "codecs", "missing_codecs": "codecs",
+    "failure_reason": "failures",
     "fastest_cpu_decoder": "choose", "make_decoder": "choose", "make_gpu_stage": "choose",
     "save_cpu_choice": "choose",
     "ImageDecoder": "interface",

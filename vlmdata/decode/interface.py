@@ -13,8 +13,10 @@ class ImageDecoder(Protocol):
     """Decodes encoded images and resizes each to the policy's target size.
 
     `decode` returns, per input image, an (H, W, 3) uint8 array of size
-    `policy.target_size(width, height)` (width/height from the index), or None
-    when that image is corrupt. It never raises for a bad image.
+    `policy.target_size(width, height)` (width/height from the index: displayed
+    sizes), showing what Pillow's `ImageOps.exif_transpose(img).convert("RGB")`
+    shows, or None when that image is corrupt. No exception raised while decoding
+    one image escapes it (`decode.failures`).
     """
 
     name: str

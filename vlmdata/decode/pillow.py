@@ -6,9 +6,16 @@ resize to the policy's exact size follows (BILINEAR: Pillow's resize is
 antialiased, i.e. a proper area filter when downscaling). Output is uint8 HWC:
 no float work on CPU.
 
+The output is the image as displayed, like stock Pillow's
+`ImageOps.exif_transpose(img).convert("RGB")`: EXIF orientation applied
+(after the resize, on the small image), palette/CMYK/16-bit/grey converted by
+Pillow's own `convert("RGB")`, the first frame of an animation, ICC profiles
+not applied (as `convert` does not).
+
 Bad images (truncated, not an image, unsupported) come back as None, and
 images above `max_pixels` (decompression bombs) are rejected from the header
-alone, before any pixel is decoded. `pop_errors()` says why, per reason.
+alone, before any pixel is decoded. No exception escapes `decode` (see
+`decode.failures`). `pop_errors()` says why, per reason.
 """
 from __future__ import annotations
 
@@ -19,12 +26,17 @@ from collections import Counter
 import numpy as np
 from PIL import Image
 
+from vlmdata.decode.failures import failure_reason
 from vlmdata.decode.policy import ImagePolicy
 from vlmdata.errors import Skip
+from vlmdata.orientation import displayed_size, effective_orientation, read_orientation
 
 DEFAULT_MAX_PIXELS = 89_478_485      # Pillow's own default limit (about 0.25 GB of RGBA)
 _FILTERS = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC,
             "lanczos": Image.Resampling.LANCZOS}
+TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
+             5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+             8: Image.Transpose.ROTATE_90}   # Pillow's exif_transpose table
 
 
 class PillowDecoder:
@@ -47,29 +59,36 @@ class PillowDecoder:
         return [self.decode_one(data, *policy.target_size(w, h)) for data, (w, h) in zip(images, sizes)]
 
     def decode_one(self, data, width: int, height: int) -> np.ndarray | None:
-        """Decode one encoded image to (height, width, 3) uint8, or None."""
+        """Decode one encoded image to (height, width, 3) uint8 as displayed, or None (counted)."""
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                img = Image.open(io.BytesIO(data))
-            with img:
-                if img.width * img.height > self.max_pixels:
-                    self._errors[Skip.IMAGE_TOO_LARGE] += 1
-                    return None
-                if self.draft and img.format == "JPEG":
-                    img.draft("RGB", (width, height))
-                if img.mode != "RGB":
-                    img = img.convert("RGB")
-                if img.size != (width, height):
-                    img = img.resize((width, height), self.resample, reducing_gap=self.reducing_gap)
-                else:
-                    img.load()
-                return np.asarray(img)
-        except Image.DecompressionBombError:
-            self._errors[Skip.IMAGE_TOO_LARGE] += 1
-        except (OSError, SyntaxError, ValueError, Image.UnidentifiedImageError, EOFError):
-            self._errors[Skip.CORRUPT_IMAGE] += 1
+                warnings.simplefilter("ignore")   # bomb warnings (checked below), palette transparency notes
+                return self._decode(data, width, height)
+        except Exception as exc:   # one image never ends the epoch: the reason is counted (decode.failures)
+            self._errors[failure_reason(exc, self.name)] += 1
         return None
+
+    def _decode(self, data, width: int, height: int) -> np.ndarray | None:
+        with Image.open(io.BytesIO(data)) as img:
+            if img.width * img.height > self.max_pixels:
+                self._errors[Skip.IMAGE_TOO_LARGE] += 1
+                return None
+            if img.format == "TIFF":   # Pillow turns TIFFs itself when it loads them (size already displayed)
+                orientation = 1
+            else:
+                orientation = effective_orientation(read_orientation(data), img.size, (width, height))
+            stored = displayed_size(width, height, orientation)   # the target in stored pixels
+            if self.draft and img.format == "JPEG":
+                img.draft("RGB", stored)
+            if img.mode != "RGB":
+                img = img.convert("RGB")
+            if img.size != stored:
+                img = img.resize(stored, self.resample, reducing_gap=self.reducing_gap)
+            else:
+                img.load()
+            if orientation in TRANSPOSE:
+                img = img.transpose(TRANSPOSE[orientation])
+            return np.asarray(img)
 
     def pop_errors(self) -> Counter:
         """Reasons of the images rejected since the last call."""

@@ -25,9 +25,11 @@ upsampling) are off by default: their gain was within the noise of this shared
 machine (<= 5 %) and fastdct doubles the error at 4/8.
 
 Everything that is not a plain YCbCr/greyscale JPEG (PNG, WebP, CMYK JPEGs, ...)
-and every JPEG TurboJPEG rejects goes through `PillowDecoder`, which then
-decides: a corrupt image comes back as None and is counted once, as
-"corrupt_image", exactly as with Pillow alone. Decoding is strict, so a
+and every JPEG TurboJPEG rejects (or fails on with any exception) goes through
+`PillowDecoder`, which then decides: a corrupt image comes back as None and is
+counted once, as "corrupt_image", exactly as with Pillow alone. EXIF
+orientation is read from the JPEG's APP1 segments (`vlmdata.orientation`)
+and applied to the decoded array, so the output equals Pillow's displayed image. Decoding is strict, so a
 truncated JPEG (which libjpeg would otherwise finish with grey rows and a
 warning) is rejected, then rejected again by Pillow ("image file is truncated").
 """
@@ -42,6 +44,7 @@ from PIL import Image
 from vlmdata.decode.pillow import DEFAULT_MAX_PIXELS, PillowDecoder
 from vlmdata.decode.policy import ImagePolicy
 from vlmdata.errors import Skip
+from vlmdata.orientation import apply_orientation, displayed_size, effective_orientation, read_orientation
 
 FAST_SCALES = (1, 2, 4, 8)             # n of n/8: SIMD inverse DCTs (see the module docstring)
 _TURBO_COLORSPACES = ("YCbCr", "Gray")  # decoded to RGB by TurboJPEG exactly like Pillow does
@@ -96,8 +99,11 @@ class TurboDecoder:
         return [self.decode_one(data, *policy.target_size(w, h)) for data, (w, h) in zip(images, sizes)]
 
     def decode_one(self, data, width: int, height: int) -> np.ndarray | None:
-        """Decode one encoded image to (height, width, 3) uint8, or None."""
-        arr = self._turbo(data, width, height)
+        """Decode one encoded image to (height, width, 3) uint8 as displayed, or None."""
+        try:
+            arr = self._turbo(data, width, height)
+        except Exception:   # anything TurboJPEG or the resize raises: Pillow decides (and counts) instead
+            arr = None
         if arr is None:
             self.fallbacks += 1
             return self.fallback.decode_one(data, width, height)
@@ -119,6 +125,9 @@ class TurboDecoder:
         if w * h > self.max_pixels:
             self._errors[Skip.IMAGE_TOO_LARGE] += 1
             return False
+        orientation = effective_orientation(read_orientation(data), (w, h), (width, height))
+        if orientation != 1:
+            width, height = displayed_size(width, height, orientation)   # decode to the stored shape first
         n = scale_for(w, h, width, height, self.scales)
         sw, sh = math.ceil(w * n / 8), math.ceil(h * n / 8)
         exact = (sw, sh) == (width, height)
@@ -129,11 +138,13 @@ class TurboDecoder:
         except ValueError:
             return None
         if arr.shape[:2] == (height, width):
-            return arr if arr.shape[2] == 3 else np.ascontiguousarray(arr[..., :3])
-        img = Image.frombuffer("RGBX", (arr.shape[1], arr.shape[0]), arr, "raw", "RGBX", 0, 1)
-        # packed straight from the resize's RGBX to RGB bytes: one copy less than convert("RGB") + asarray
-        out = img.resize((width, height), self.resample).tobytes("raw", "RGB")
-        return np.frombuffer(out, np.uint8).reshape(height, width, 3)
+            out = arr if arr.shape[2] == 3 else np.ascontiguousarray(arr[..., :3])
+        else:
+            img = Image.frombuffer("RGBX", (arr.shape[1], arr.shape[0]), arr, "raw", "RGBX", 0, 1)
+            # packed straight from the resize's RGBX to RGB bytes: one copy less than convert("RGB") + asarray
+            raw = img.resize((width, height), self.resample).tobytes("raw", "RGB")
+            out = np.frombuffer(raw, np.uint8).reshape(height, width, 3)
+        return apply_orientation(out, orientation)
 
     def pop_errors(self) -> Counter:
         """Reasons of the images rejected since the last call (Pillow fallback's included)."""

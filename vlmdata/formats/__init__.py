@@ -10,7 +10,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "tokens_from_npy": "sample", "tokens_to_npy": "sample", "write_sample": "sample",
     "IndexBuilder": "sample_index", "SampleIndex": "sample_index", "concat_planning_columns": "sample_index",
     "CrcFile": "shard_writer",
-    "CountingReader": "tar_scan", "scan_tar": "tar_scan",
+    "CountingReader": "tar_scan", "is_utf8_name": "tar_scan", "scan_tar": "tar_scan",
     "TarShardWriter": "tar_writer", "member_bytes": "tar_writer",
     "VIEWS_DIR": "text_view", "ViewTokens": "text_view", "check_view_name": "text_view",
     "read_view_sample": "text_view", "view_planning_name": "text_view", "view_shard_name": "text_view",

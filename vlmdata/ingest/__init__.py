@@ -3,12 +3,14 @@
 from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "AccessPolicy": "access", "DEFAULT_MAX_IMAGE_BYTES": "access", "read_ref": "access", "resolve_ref": "access",
+    "iter_csv_rows": "csv_rows",
     "ImageOptions": "images", "check_image": "images", "decode_resized": "images", "header_size": "images",
-    "prepare_image": "images", "sniff": "images",
+    "prepare_image": "images", "sniff": "images", "verify_decodes": "images",
     "IndexConfig": "index_foreign", "index_dataset": "index_foreign",
     "inspect_dataset": "inspection",
     "INPUT_FORMATS": "readers", "INPUT_FORMAT_ALIASES": "readers", "detect_format": "readers",
-    "iter_json_array": "readers", "resolve_input": "readers",
+    "iter_json_array": "json_array", "resolve_input": "readers",
     "ColumnSpec": "records", "normalize": "records",
     "CANONICAL_COLUMNS": "layouts", "detect_layout": "layouts", "parse_columns": "layouts",
     "RangeReader": "retokenize", "RetokenizeConfig": "retokenize", "RetokenizeResult": "retokenize",

@@ -6,35 +6,45 @@ a JPEG must end with its EOI marker (FFD9; entropy-coded data never
 contains FFD9 because of byte stuffing), a PNG with its IEND chunk, a GIF
 with its trailer, WebP/BMP must be as long as their header says.
 
-EXIF orientation: recorded (width, height) are the *stored* pixel dimensions
-(the JPEG frame header), not the displayed ones. Every decoder in this project
-decodes without applying EXIF rotation (Pillow's `Image.open`, simplejpeg /
-TurboJPEG, and DALI's `fn.decoders.image(adjust_orientation=False)` in
-`decode/dali_pipeline.py`), so index sizes always equal decoded array sizes and
-the image policy's token counts match the pixels the model sees. Consistency
-wins over display orientation: a phone photo tagged "rotate 90" is trained on
-as stored (sideways). Images kept as original bytes keep their EXIF; a
-re-encoded image (`--resize-max-side`, `--quality`) and a memmap image are the
-stored pixels resized, and a re-encoded JPEG keeps only the Orientation tag
-(so a viewer that applies it shows the same thing as for the original).
+EXIF orientation: recorded (width, height) are the *displayed* dimensions
+(EXIF orientation applied: swapped for orientations 5-8, read by
+`vlmdata.orientation.read_orientation` without decoding). Every decoder in
+this project returns the image as displayed, like stock Pillow's
+`ImageOps.exif_transpose(img).convert("RGB")`, so index sizes equal decoded
+sizes and the image policy's token counts match the pixels the model sees.
+Images kept as original bytes keep their EXIF; a re-encoded image
+(`--resize-max-side`, `--quality`) and a memmap image are the displayed
+pixels resized, and a re-encoded JPEG carries no orientation tag.
+
+Full decode: the cheap checks above let through a file with a valid header
+and a garbage body (it decodes to noise). `verify_decodes` (`vlmdata shard
+--verify decode`) decodes every image completely and strictly: JPEG through
+TurboJPEG with every libjpeg warning an error, other formats through Pillow.
+Every exception a decode raises (Pillow raises many types on bad files) is a
+counted `ImageProblem`, never the end of the run; its detail never quotes the
+file's bytes (`scrub`).
 """
 from __future__ import annotations
 
 import io
+import re
 import struct
+import warnings
 from dataclasses import dataclass
 
 from vlmdata.errors import ImageProblem, Skip
 from vlmdata.formats.sample import EncodedImage
+from vlmdata.orientation import displayed_size, read_orientation
 
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's DecompressionBombWarning threshold
+MAX_IMAGES_PER_SAMPLE = 32_767   # the sample index stores a sample's image count as int16
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 _NO_LENGTH = {0x01, 0xD0, 0xD1, 0xD2, 0xD3, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8}
 EXIF_ORIENTATION = 0x0112
 
 
 def sniff(data: bytes) -> str | None:
-    """The image type from magic bytes ("jpg", "png", "gif", "webp", "bmp", "tiff") or None."""
+    """The image type from magic bytes ("jpg", "png", "gif", "webp", "bmp", "tiff", "jp2") or None."""
     if data[:3] == b"\xff\xd8\xff":
         return "jpg"
     if data[:8] == b"\x89PNG\r\n\x1a\n":
@@ -47,6 +57,8 @@ def sniff(data: bytes) -> str | None:
         return "bmp"
     if data[:4] in (b"II*\x00", b"MM\x00*"):
         return "tiff"
+    if data[:12] == b"\x00\x00\x00\x0cjP  \r\n\x87\n" or data[:4] == b"\xff\x4f\xff\x51":
+        return "jp2"
     return None
 
 
@@ -111,12 +123,14 @@ def _webp_size(head: bytes) -> tuple[int, int] | None:
 
 
 def _pil_size(data) -> tuple[int, int] | None:
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     try:
-        with Image.open(io.BytesIO(bytes(data))) as im:
-            return im.size
-    except (UnidentifiedImageError, OSError, ValueError):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(bytes(data))) as im:
+                return im.size
+    except Exception:   # any exception from a header parser means "no size": skipped as bad_image_header
         return None
 
 
@@ -147,14 +161,14 @@ class ImageOptions:
 def check_image(data: bytes, max_pixels: int) -> tuple[str, int, int]:
     """Validate encoded bytes; returns (kind, width, height) or raises ImageProblem.
 
-    (width, height) are the stored pixel dimensions, EXIF orientation not applied
+    (width, height) are the displayed dimensions, EXIF orientation applied
     (what the decoders return, see the module docstring).
     """
     if not data:
         raise ImageProblem(Skip.EMPTY_FILE, "zero-byte file")
     kind = sniff(data)
-    if kind is None:
-        raise ImageProblem(Skip.NOT_AN_IMAGE, f"unknown magic bytes {data[:8]!r}")
+    if kind is None:   # the detail never quotes the bytes: they may be a file the row should not have named
+        raise ImageProblem(Skip.NOT_AN_IMAGE, "no JPEG, PNG, GIF, WebP, BMP, TIFF or JPEG 2000 signature")
     size = header_size(kind, data)
     if size is None or size[0] <= 0 or size[1] <= 0:
         raise ImageProblem(Skip.BAD_IMAGE_HEADER, f"{kind} header gives no size")
@@ -162,7 +176,63 @@ def check_image(data: bytes, max_pixels: int) -> tuple[str, int, int]:
         raise ImageProblem(Skip.DECOMPRESSION_BOMB, f"{size[0]}x{size[1]} pixels > limit {max_pixels}")
     if not is_complete(kind, data):
         raise ImageProblem(Skip.TRUNCATED_IMAGE, f"{kind} of {len(data)} bytes has no end marker")
-    return kind, size[0], size[1]
+    if kind == "tiff":   # Pillow reports a TIFF's displayed size (it turns TIFFs itself when loading)
+        return kind, size[0], size[1]
+    w, h = displayed_size(size[0], size[1], read_orientation(data))
+    return kind, w, h
+
+
+def verify_decodes(data: bytes, max_pixels: int) -> None:
+    """Decode the whole image strictly (`--verify decode`); ImageProblem if it does not decode cleanly."""
+    kind, w, h = check_image(data, max_pixels)
+    if kind == "jpg" and _strict_jpeg(data):
+        return
+    from PIL import Image
+
+    with _decoding():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data)) as im:
+                im.load()
+
+
+def _strict_jpeg(data: bytes) -> bool:
+    """True when TurboJPEG decoded every scan with no warning; ImageProblem when it failed; False: no TurboJPEG."""
+    try:
+        import simplejpeg
+    except ImportError:
+        return False
+    try:
+        _, _, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+        space = "CMYK" if colorspace in ("CMYK", "YCCK") else "GRAY" if colorspace == "Gray" else "RGB"
+        simplejpeg.decode_jpeg(data, colorspace=space, strict=True)
+    except Exception as exc:   # libjpeg errors and warnings ("Corrupt JPEG data: ...") are ValueErrors
+        raise ImageProblem(Skip.UNDECODABLE_IMAGE, f"jpg does not decode: {scrub(str(exc))}") from None
+    return True
+
+
+_BYTES_LITERAL = re.compile(r"""b(['"]).*?(?<!\\)\1""")
+
+
+def scrub(message: str) -> str:
+    """A decoder's error message without quoted bytes of the file (e.g. Pillow's "broken PNG file (chunk b'..')")."""
+    return _BYTES_LITERAL.sub("b'...'", message)[:200]
+
+
+class _decoding:
+    """Context: any exception from decoding one image becomes an ImageProblem (bombs keep their reason)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None or not issubclass(exc_type, Exception) or issubclass(exc_type, ImageProblem):
+            return False
+        from PIL import Image
+
+        if issubclass(exc_type, Image.DecompressionBombError):
+            raise ImageProblem(Skip.DECOMPRESSION_BOMB, scrub(str(exc))) from None
+        raise ImageProblem(Skip.UNDECODABLE_IMAGE, f"{exc_type.__name__}: {scrub(str(exc))}") from None
 
 
 def prepare_image(data: bytes, opts: ImageOptions) -> EncodedImage:
@@ -176,10 +246,7 @@ def prepare_image(data: bytes, opts: ImageOptions) -> EncodedImage:
         target = (max(1, round(w * scale)), max(1, round(h * scale)))
     else:
         target = (w, h)
-    try:
-        out, size = reencode_jpeg(data, target, opts.quality or 95)
-    except (OSError, ValueError) as exc:
-        raise ImageProblem(Skip.UNDECODABLE_IMAGE, str(exc)) from exc
+    out, size = reencode_jpeg(data, target, opts.quality or 95)
     return EncodedImage(data=out, ext="jpg", width=size[0], height=size[1])
 
 
@@ -188,40 +255,51 @@ def decode_resized(data: bytes, target: tuple[int, int], resample: str = "bicubi
 
     `resample` is "bicubic" (memmap images) or "area" (Pillow's BOX filter, the
     equivalent of OpenCV's INTER_AREA that img2dataset uses to downscale).
-    Stored pixels: EXIF orientation is not applied (see the module docstring).
+    Displayed pixels: EXIF orientation is applied (see the module docstring).
+    Any decode failure is an ImageProblem (undecodable_image, decompression_bomb).
     """
     from PIL import Image
 
-    return _resized(Image.open(io.BytesIO(data)), target, resample)
+    with _decoding():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _resized(Image.open(io.BytesIO(data)), target, resample)
+
+
+_TRANSPOSE = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE", 6: "ROTATE_270",
+              7: "TRANSVERSE", 8: "ROTATE_90"}
 
 
 def _resized(im, target: tuple[int, int], resample: str):
+    """`im` as displayed (EXIF orientation applied), RGB, resized to `target` (w, h)."""
     from PIL import Image
 
+    orientation = im.getexif().get(EXIF_ORIENTATION, 1) if im.format != "TIFF" else 1   # Pillow turns TIFFs
+    method = _TRANSPOSE.get(orientation) if isinstance(orientation, int) else None
+    stored = displayed_size(*target, orientation) if method else target   # the target in stored pixels
     if im.format == "JPEG":
-        im.draft("RGB", target)  # DCT-domain downscale by 1/2, 1/4 or 1/8 while staying >= target
+        im.draft("RGB", stored)  # DCT-domain downscale by 1/2, 1/4 or 1/8 while staying >= target
     if im.mode != "RGB":
         im = im.convert("RGB")
-    if im.size != target:
-        im = im.resize(target, Image.BOX if resample == "area" else Image.BICUBIC, reducing_gap=2.0)
+    if im.size != stored:
+        im = im.resize(stored, Image.BOX if resample == "area" else Image.BICUBIC, reducing_gap=2.0)
+    if method is not None:
+        im = im.transpose(getattr(Image.Transpose, method))
     return im
 
 
 def reencode_jpeg(data: bytes, target: tuple[int, int], quality: int) -> tuple[bytes, tuple[int, int]]:
-    """Downscale to `target` (w, h) with the area filter and encode as JPEG.
+    """Downscale to `target` (w, h, displayed) with the area filter and encode as JPEG.
 
-    The source's EXIF Orientation tag (only that tag) is carried over.
+    The pixels are stored as displayed (EXIF orientation applied), so the output carries no
+    orientation tag. Any decode failure is an ImageProblem.
     """
     from PIL import Image
 
-    src = Image.open(io.BytesIO(data))
-    orientation = src.getexif().get(EXIF_ORIENTATION)
-    im = _resized(src, target, "area")
-    kw = {}
-    if isinstance(orientation, int) and orientation != 1:
-        exif = Image.Exif()
-        exif[EXIF_ORIENTATION] = orientation
-        kw["exif"] = exif.tobytes()
-    buf = io.BytesIO()
-    im.save(buf, format="JPEG", quality=quality, **kw)
+    with _decoding():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            im = _resized(Image.open(io.BytesIO(data)), target, "area")
+        buf = io.BytesIO()
+        im.save(buf, format="JPEG", quality=quality)
     return buf.getvalue(), im.size

@@ -9,6 +9,14 @@ its `.index.npz` and, for plain tars, a DALI `.idx`; at the root, the
 manifest and `planning.npz`. The tars are never rewritten. Samples that
 cannot be used (no text, bad image, duplicate key in the shard) are left out
 of the index and counted by reason.
+
+Hostile tars cost only themselves, with bounded memory: a malformed header
+ends the shard as one counted `corrupt_shard` (the samples before it stay
+indexed); a member larger than `max_member_bytes` is skipped unread
+(`member_too_large`); a key that comes back after another sample, or twice
+in a row (a member extension repeated), is a `duplicate_key` (the first one
+wins, samples are never merged); a sample with a link, device or FIFO member
+is a `link_member`; one with a name that is not UTF-8 a `bad_member_name`.
 """
 from __future__ import annotations
 
@@ -30,8 +38,9 @@ from vlmdata.errors import ConfigError, ImageProblem, Skip, TarFormatError
 from vlmdata.formats.dali_idx import Member, format_index
 from vlmdata.formats.manifest import PLANNING_NAME, Manifest, ShardInfo
 from vlmdata.formats.sample_index import IndexBuilder, SampleIndex, concat_planning_columns
-from vlmdata.formats.tar_scan import CountingReader, TarEntry, scan_tar, split_key
-from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, check_image
+from vlmdata.formats.tar_scan import CountingReader, TarEntry, is_utf8_name, scan_tar, split_key
+from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES
+from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, MAX_IMAGES_PER_SAMPLE, check_image
 from vlmdata.ingest.keyset import KeySet
 from vlmdata.text.tokenizer import encode_conversation, load_tokenizer
 
@@ -51,6 +60,7 @@ class IndexConfig:
     workers: int | None = None
     max_image_pixels: int = DEFAULT_MAX_PIXELS
     storage_options: dict = field(default_factory=dict)
+    max_member_bytes: int = DEFAULT_MAX_IMAGE_BYTES   # larger image/text members are skipped unread
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,7 @@ class _ShardTask:
     tokenizer: str | None
     max_pixels: int
     storage_options: dict
+    max_member_bytes: int = DEFAULT_MAX_IMAGE_BYTES
 
 
 def strip_tar_suffix(name: str) -> str:
@@ -97,29 +108,38 @@ def detect_layout(root: str, first_shard: str, cfg: IndexConfig) -> dict:
     layout: dict = {}
     if cfg.text != "auto":
         layout["text"] = cfg.text
-    exts, first_json = set(), None
+    exts, first_json, damage = set(), None, None
     with fsutil.open_url(fsutil.join(root, first_shard), "rb", cfg.storage_options) as raw:
         _, stream = _open_stream(raw, first_shard)
         try:
             for n, (entry, s) in enumerate(scan_tar(stream)):
                 ext = split_key(entry.name)[1]
                 exts.add(ext)
-                if ext == "json" and first_json is None:
+                if ext == "json" and first_json is None and entry.size <= cfg.max_member_bytes:
                     first_json = s.read(entry.size)
                 if n >= 64:
                     break
-        except (TarFormatError, EOFError, OSError, zlib.error):
-            pass  # a damaged first shard: decide from what was readable; index_shard reports the damage
+        except (TarFormatError, EOFError, OSError, zlib.error) as exc:
+            damage = exc  # decide from what was readable; index_shard counts the damage
+    if damage is not None and not exts:
+        kind = "gzip-compressed tar" if is_gzip(first_shard) else "tar"
+        raise ConfigError(f"cannot read the first shard {first_shard}: {type(damage).__name__}: {damage}; it is "
+                          f"corrupt or not a {kind} file: repair or remove it (its text layout is read from it), "
+                          "or pass --text txt|json")
     if "text" not in layout:
         if "txt" in exts:
             layout["text"] = "txt"
         elif first_json is not None:
             layout["text"] = "json"
         else:
-            raise ConfigError(f"no .txt or .json text members in {first_shard}; pass --text txt|json")
+            hint = f" (the shard is damaged after {len(exts)} member kinds: {damage})" if damage else ""
+            raise ConfigError(f"no .txt or .json text members in {first_shard}{hint}; pass --text txt|json")
     if layout["text"] == "json":
         fields = (cfg.json_field,) if cfg.json_field else JSON_TEXT_FIELDS
-        record = json.loads(first_json) if first_json else {}
+        try:
+            record = json.loads(first_json) if first_json else {}
+        except (ValueError, RecursionError):
+            record = {}
         found = next((f for f in fields if isinstance(record, dict) and f in record), None)
         if found is None:
             raise ConfigError(f"no caption field ({', '.join(fields)}) in the .json members; pass --json-field")
@@ -141,21 +161,44 @@ class _Group:
         self.text: tuple[int, int, bytes] | None = None
         self.meta: tuple[int, int, bytes] | None = None
         self.problem: tuple[str, str] | None = None
+        self.exts: set[str] = set()
+
+    def holds(self, ext: str) -> bool:
+        """True when this sample already has a member with extension `ext` (a repeated key)."""
+        return ext in self.exts
 
 
 def _read_member(group: _Group, entry: TarEntry, stream: CountingReader, task: _ShardTask) -> None:
     ext = split_key(entry.name)[1]
-    group.members.append(Member(name=entry.name, offset=entry.data, size=entry.size))
+    group.exts.add(ext)
     group.end = entry.data + (entry.size + 511) // 512 * 512
+    if group.problem is not None:
+        return   # the sample is skipped: its members are not read (scan_tar skips their data)
+    if len(group.members) > 2 * MAX_IMAGES_PER_SAMPLE:
+        group.problem = (Skip.TOO_MANY_IMAGES, f"more than {2 * MAX_IMAGES_PER_SAMPLE} members")
+        return
+    group.members.append(Member(name=entry.name, offset=entry.data, size=entry.size))
+    if entry.kind != "file":
+        group.problem = (Skip.LINK_MEMBER, f"{entry.name!r} is a {entry.kind} member, not a file")
+        return
+    if not is_utf8_name(entry.name):
+        group.problem = (Skip.BAD_MEMBER_NAME, f"member name {entry.name.encode('utf-8', 'replace')!r} is not UTF-8")
+        return
     suffix = ext.rsplit(".", 1)[-1].lower()
+    readable = suffix in IMAGE_EXTS or ext in ("txt", "json")
+    if readable and entry.size > task.max_member_bytes:
+        group.problem = (Skip.MEMBER_TOO_LARGE, f"{entry.name}: {entry.size} bytes > limit {task.max_member_bytes}")
+        return
     if suffix in IMAGE_EXTS:
+        if len(group.images) >= MAX_IMAGES_PER_SAMPLE:
+            group.problem = (Skip.TOO_MANY_IMAGES, f"more than {MAX_IMAGES_PER_SAMPLE} images")
+            return
         data = stream.read(entry.size)
-        if group.problem is None:
-            try:
-                _, w, h = check_image(data, task.max_pixels)
-                group.images.append((entry.data, entry.size, w, h))
-            except ImageProblem as exc:
-                group.problem = (exc.reason, f"{entry.name}: {exc}")
+        try:
+            _, w, h = check_image(data, task.max_pixels)
+            group.images.append((entry.data, entry.size, w, h))
+        except ImageProblem as exc:
+            group.problem = (exc.reason, f"{entry.name}: {exc}")
     elif ext == "txt" or ext == "json":
         data = stream.read(entry.size)
         loc = (entry.data, entry.size, data)
@@ -174,8 +217,10 @@ def _caption(group: _Group, layout: dict) -> str:
             value = json.loads(raw).get(layout["json_field"])
         else:
             value = raw.decode("utf-8")
-    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
-        raise ImageProblem(Skip.BAD_TEXT, str(exc)) from None
+    except UnicodeDecodeError as exc:   # the position only: the member's bytes stay out of the manifest
+        raise ImageProblem(Skip.BAD_TEXT, f"not UTF-8 (at byte {exc.start})") from None
+    except (ValueError, RecursionError, AttributeError) as exc:   # bad JSON, 5000-digit numbers, depth
+        raise ImageProblem(Skip.BAD_TEXT, f"{type(exc).__name__}: {str(exc)[:120]}") from None
     if not isinstance(value, str):
         raise ImageProblem(Skip.BAD_TEXT, f"caption is a {type(value).__name__}, not a string")
     if not value.strip():
@@ -189,7 +234,7 @@ def index_shard(task: _ShardTask) -> dict:
     builder = IndexBuilder()
     samples: list[list[Member]] = []
     stats = {"name": task.name, "rows": 0, "written": 0, "skipped": {}, "examples": {}}
-    seen: set[str] = set()
+    seen: set[str] = set()   # every key of the shard so far (written or skipped): the first one wins
 
     def skip(reason: str, key: str, detail: str) -> None:
         stats["skipped"][reason] = stats["skipped"].get(reason, 0) + 1
@@ -199,17 +244,18 @@ def index_shard(task: _ShardTask) -> dict:
         if g is None:
             return
         stats["rows"] += 1
+        duplicate = g.key in seen
+        seen.add(g.key)
         try:
+            if duplicate:
+                raise ImageProblem(Skip.DUPLICATE_KEY, f"key {g.key!r} appears twice in the shard")
             if g.problem is not None:
                 raise ImageProblem(*g.problem)
-            if g.key in seen:
-                raise ImageProblem(Skip.DUPLICATE_KEY, f"key {g.key!r} appears twice in the shard")
             text = _caption(g, task.layout)
             tokens = encode_conversation(tok, [("user", ""), ("assistant", text)], len(g.images))
         except ImageProblem as exc:
-            skip(exc.reason, g.key, str(exc))
+            skip(exc.reason, g.key.encode("utf-8", "replace").decode("utf-8"), str(exc))
             return
-        seen.add(g.key)
         meta = (g.meta[0], g.meta[1]) if g.meta is not None else (-1, 0)
         builder.add(g.key, offset=g.header, span=g.end - g.header, tok=(g.text[0], g.text[1]), meta=meta,
                     text_tokens=tokens.shape[1] - len(g.images), images=g.images)
@@ -221,9 +267,9 @@ def index_shard(task: _ShardTask) -> dict:
     with fsutil.open_url(url, "rb", task.storage_options) as raw:
         outer, stream = _open_stream(raw, task.name)
         try:
-            for entry, s in scan_tar(stream):
-                key = split_key(entry.name)[0]
-                if group is None or key != group.key:
+            for entry, s in scan_tar(stream, specials=True):
+                key, ext = split_key(entry.name)
+                if group is None or key != group.key or group.holds(ext):
                     finish(group)
                     group = _Group(key, entry.header)
                 _read_member(group, entry, s, task)
@@ -231,7 +277,10 @@ def index_shard(task: _ShardTask) -> dict:
         except (TarFormatError, EOFError, OSError, zlib.error) as exc:
             if group is not None and (not samples or samples[-1] is not group.members):
                 stats["rows"] += 1
-                skip(Skip.TRUNCATED_SAMPLE, group.key, f"shard ends inside this sample: {exc}")
+                if group.problem is not None:   # e.g. member_too_large: its skip, then the end of the stream
+                    skip(group.problem[0], group.key, group.problem[1])
+                else:
+                    skip(Skip.TRUNCATED_SAMPLE, group.key, f"shard ends inside this sample: {exc}")
             skip(Skip.CORRUPT_SHARD, task.name, str(exc))
         outer.drain()
     index = builder.build()
@@ -271,8 +320,8 @@ def index_dataset(cfg: IndexConfig, progress=None) -> Manifest:
     layout = detect_layout(cfg.root, names[0], cfg)
     if gz == {True}:
         layout["compression"] = "gzip"
-    tasks = [_ShardTask(cfg.root, n, layout, cfg.tokenizer, cfg.max_image_pixels, cfg.storage_options)
-             for n in names]
+    tasks = [_ShardTask(cfg.root, n, layout, cfg.tokenizer, cfg.max_image_pixels, cfg.storage_options,
+                        cfg.max_member_bytes) for n in names]
     workers = (os.cpu_count() or 1) if cfg.workers is None else cfg.workers
     results = []
     if workers <= 0 or len(tasks) == 1:

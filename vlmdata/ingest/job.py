@@ -5,11 +5,15 @@ A job is idempotent and deterministic: job i always holds rows
 (a new part when `max_shard_bytes` would be exceeded), then
 `_jobs/job-{i:06d}.json` LAST: the durable "done" marker `--resume` trusts.
 Every row ends up either written or skipped with a reason
-(rows == written + sum(skipped)).
+(rows == written + sum(skipped)): no exception raised while turning one row
+into a sample ends the job (an unexpected type is counted as `bad_row` and
+logged once per type). Image references are read through `ingest.access`
+(the data-access policy and bounded reads).
 """
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -17,18 +21,28 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from vlmdata import fsutil
-from vlmdata.errors import ImageProblem, RowProblem, Skip
+from vlmdata.errors import RowProblem, Skip, SkipError
 from vlmdata.formats.manifest import ShardInfo
 from vlmdata.formats.memmap import MemmapPartWriter
 from vlmdata.formats.sample import EncodedImage, safe_key
 from vlmdata.formats.shard_writer import WdsPartWriter, sample_bytes_estimate
-from vlmdata.ingest.images import ImageOptions, check_image, decode_resized, prepare_image
+from vlmdata.ingest.access import AccessPolicy, read_ref
+from vlmdata.ingest.images import (
+    MAX_IMAGES_PER_SAMPLE,
+    ImageOptions,
+    check_image,
+    decode_resized,
+    prepare_image,
+    verify_decodes,
+)
 from vlmdata.ingest.readers import InputSource, Row
-from vlmdata.ingest.records import ColumnSpec, check_text, normalize, resolve
+from vlmdata.ingest.records import ColumnSpec, check_text, normalize
 from vlmdata.text.chat_template import TemplateError
 from vlmdata.text.encoder import load_text_encoder
 
+log = logging.getLogger(__name__)
 JOBS_DIR = "_jobs"
+VERIFY_MODES = ("header", "decode")   # header checks always; "decode": also a full decode of every image
 
 
 def job_stats_name(job: int) -> str:
@@ -56,6 +70,8 @@ class JobOptions:
     family: str | None = None                # model folders: force a model family by name
     storage_options: dict = field(default_factory=dict)
     fsync: bool = True                       # fsync each file before its rename (power-loss safe)
+    access: AccessPolicy = AccessPolicy()    # what rows may read, and the read bounds
+    verify: str = "header"                   # "decode": fully decode every image (--verify decode)
 
 
 @dataclass
@@ -93,19 +109,11 @@ class JobStats:
         return cls(**json.loads(data))
 
 
-def _read_ref(ref, base: str, storage_options: dict) -> bytes:
-    if isinstance(ref, bytes):
-        return ref
-    url = resolve(ref, base)
+def _serialisable(meta: dict) -> None:
     try:
-        if fsutil.is_local(url):
-            with open(fsutil.local_path(url), "rb") as f:
-                return f.read()
-        return fsutil.read_bytes(url, storage_options)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
-        raise RowProblem(Skip.MISSING_FILE, f"{url}: {type(exc).__name__}") from None
-    except OSError as exc:
-        raise RowProblem(Skip.READ_ERROR, f"{url}: {exc}") from None
+        json.dumps(meta, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise RowProblem(Skip.BAD_ROW, f"record cannot be written as JSON: {type(exc).__name__}") from None
 
 
 class _Sampler:
@@ -122,22 +130,25 @@ class _Sampler:
             raise RowProblem(Skip.DUPLICATE_KEY, f"id {row.id!r} seen earlier in this run")
         opts = self.opts
         source = opts.sources[row.source]
-        base = source.base
+        root = opts.access.root_for(source.base, source.format == "folder")
         sample = normalize(row.data, row.id, opts.columns, native=source.format in ("json", "jsonl"))
+        if len(sample.images) > MAX_IMAGES_PER_SAMPLE:
+            raise RowProblem(Skip.TOO_MANY_IMAGES, f"{len(sample.images)} images > {MAX_IMAGES_PER_SAMPLE} per sample")
         if sample.extra.get("folder"):
-            sample.turns = [("user", ""), ("assistant", self._sidecar(sample, base))]
+            sample.turns = [("user", ""), ("assistant", self._sidecar(sample, root))]
             sample.meta["caption"] = sample.turns[1][1]
         check_text(sample)
+        if opts.format == "memmap":   # the memmap writer serialises the record after writing the images
+            _serialisable(sample.meta)
         images, sizes = [], []
         for ref in sample.images:
-            data = _read_ref(ref, base, opts.storage_options)
+            data = read_ref(ref, root, opts.access, opts.storage_options)
+            if opts.verify == "decode":
+                verify_decodes(data, opts.images.max_pixels)
             if opts.format == "memmap":
                 _, w, h = check_image(data, opts.images.max_pixels)
                 s = opts.image_size
-                try:
-                    images.append(np.asarray(decode_resized(data, (s, s))))
-                except (OSError, ValueError) as exc:
-                    raise ImageProblem(Skip.UNDECODABLE_IMAGE, str(exc)) from None
+                images.append(np.asarray(decode_resized(data, (s, s))))
             else:
                 im: EncodedImage = prepare_image(data, opts.images)
                 images.append(im)
@@ -151,14 +162,14 @@ class _Sampler:
             raise RowProblem(Skip.MARKER_MISMATCH, str(exc)) from None
         return safe_key(row.id), sample.meta, tokens, images, sizes
 
-    def _sidecar(self, sample, base: str) -> str:
+    def _sidecar(self, sample, root: str) -> str:
         if sample.caption_file is None:
             raise RowProblem(Skip.MISSING_TEXT, f"no sidecar .txt for {sample.images[0]}")
-        raw = _read_ref(sample.caption_file, base, self.opts.storage_options)
+        raw = read_ref(sample.caption_file, root, self.opts.access, self.opts.storage_options)
         try:
             return raw.decode("utf-8").strip()
-        except UnicodeDecodeError as exc:
-            raise RowProblem(Skip.BAD_TEXT, f"sidecar is not UTF-8: {exc}") from None
+        except UnicodeDecodeError as exc:   # position only: a rejected file's bytes never reach the manifest
+            raise RowProblem(Skip.BAD_TEXT, f"sidecar {sample.caption_file} is not UTF-8 (at byte {exc.start})") from None
 
 
 class _Parts:
@@ -206,6 +217,21 @@ class _Parts:
             self.writer.abort()
 
 
+class _Unexpected:
+    """Logs the first unexpected exception of each type a row raised (with its traceback), once per job."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def note(self, row: Row, exc: Exception) -> str:
+        name = type(exc).__name__
+        if name not in self.seen:
+            self.seen.add(name)
+            log.warning("row %s (source %d, row %d) raised %s; counted as %s, the run goes on",
+                        row.id, row.source, row.number, name, Skip.BAD_ROW, exc_info=exc)
+        return f"unexpected {name}: {str(exc)[:200]}"
+
+
 def run_job(spec: JobSpec, opts: JobOptions, report: Callable[[int, int], None] | None = None) -> dict:
     """Run one job to completion; returns its stats as a dict (also written to _jobs/).
 
@@ -216,16 +242,23 @@ def run_job(spec: JobSpec, opts: JobOptions, report: Callable[[int, int], None] 
     sampler = _Sampler(opts, text)
     stats = JobStats(job=spec.job, rows=len(spec.rows))
     parts = _Parts(opts, spec.job, text.image_token_id)
+    unexpected = _Unexpected()
     try:
         for done, row in enumerate(spec.rows, 1):
             try:
                 key, meta, tokens, images, sizes = sampler.build(row)
-            except (RowProblem, ImageProblem) as exc:
+            except SkipError as exc:
                 stats.skip(exc.reason, row, str(exc))
+            except Exception as exc:   # one row never ends the run: RecursionError, MemoryError, library bugs
+                stats.skip(Skip.BAD_ROW, row, unexpected.note(row, exc))
             else:
-                parts.add(key, meta, tokens, images, sizes)
-                stats.written += 1
-                stats.images += len(images)
+                try:
+                    parts.add(key, meta, tokens, images, sizes)
+                except RecursionError:   # a record nested too deep to serialise: the tar writer wrote nothing yet
+                    stats.skip(Skip.BAD_ROW, row, "record cannot be written as JSON: RecursionError")
+                else:
+                    stats.written += 1
+                    stats.images += len(images)
             if report is not None:
                 report(done, stats.written)
         infos = parts.close()

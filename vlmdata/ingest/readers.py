@@ -3,11 +3,13 @@
 Formats: "json" (a top-level JSON array, e.g. LLaVA), "jsonl", "csv", "parquet"
 and "folder" (images with sidecar .txt captions). Rows are plain dicts; a row
 that cannot be parsed becomes a `Row` with `error` set, so it is counted, not lost.
+A malformed row costs one row and never the rest of its input (see
+`ingest.json_array`, `ingest.csv_rows`; a JSONL line is one row, whatever it
+holds); a Parquet file whose footer cannot be read is a ConfigError naming it,
+before any work, and an unreadable row group counts each of its rows.
 """
 from __future__ import annotations
 
-import codecs
-import csv
 import io
 import json
 import os
@@ -19,10 +21,11 @@ from fsspec.core import url_to_fs
 
 from vlmdata import fsutil
 from vlmdata.errors import ConfigError
+from vlmdata.ingest.csv_rows import iter_csv_rows
+from vlmdata.ingest.json_array import MAX_ITEM_CHARS, BadRow, iter_json_array
 
 INPUT_FORMATS = ("json", "jsonl", "csv", "parquet", "folder")
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
-_CHUNK = 1 << 20
 
 
 @dataclass
@@ -191,6 +194,8 @@ def open_inputs(urls: list[str], input_format: str | None, storage_options: dict
     out = []
     for url in urls:
         url, fmt = resolve_input(url, input_format, storage_options)
+        if fmt == "parquet":
+            check_parquet(url, storage_options or {})
         base = url if fmt == "folder" else _dirname(url)
         out.append(InputSource(url=url, format=fmt, base=base))
     return out
@@ -214,72 +219,31 @@ def _open_binary(url: str, so: dict):
     return fsutil.open_url(url, "rb", so)
 
 
-class _BadRow(str):
-    """A row that could not be parsed; its text is the error."""
+_BadRow = BadRow
 
 
 def _read_jsonl(url: str, so: dict) -> Iterator[dict | _BadRow]:
-    with _open_binary(url, so) as f:
-        for line_no, line in enumerate(f, 1):
+    with _open_binary(url, so) as raw:
+        f = raw if isinstance(raw, io.BufferedIOBase) else io.BufferedReader(raw)   # readline(limit) everywhere
+        line_no = 0
+        while True:
+            line = f.readline(MAX_ITEM_CHARS + 1)
+            if not line:
+                return
+            line_no += 1
+            if len(line) > MAX_ITEM_CHARS and not line.endswith(b"\n"):
+                while (more := f.readline(MAX_ITEM_CHARS + 1)) and not more.endswith(b"\n"):
+                    pass   # the rest of an overlong line is read past, never held
+                yield _BadRow(f"line {line_no}: longer than {MAX_ITEM_CHARS} bytes")
+                continue
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                yield _BadRow(f"line {line_no}: {exc}")
+            except (ValueError, RecursionError) as exc:   # syntax, bad UTF-8, 4300-digit ints, deep nesting
+                yield _BadRow(f"line {line_no}: {type(exc).__name__}: {str(exc)[:160]}")
                 continue
             yield obj if isinstance(obj, dict) else _BadRow(f"line {line_no}: not a JSON object")
-
-
-def iter_json_array(f, chunk_size: int = _CHUNK) -> Iterator[dict | _BadRow]:
-    """Items of a top-level JSON array read incrementally from a binary file (bounded memory).
-
-    Uses `json.JSONDecoder.raw_decode` on a sliding text buffer; an item that
-    does not parse even with all remaining input makes the rest one bad row.
-    """
-    decoder = json.JSONDecoder()
-    utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    buf, pos, eof, started = "", 0, False, False
-
-    def fill() -> bool:
-        nonlocal buf, pos, eof
-        data = f.read(chunk_size)
-        eof = not data
-        buf = buf[pos:] + utf8.decode(data, final=eof)
-        pos = 0
-        return not eof
-
-    fill()
-    while True:
-        skip = " \t\r\n," if started else " \t\r\n"
-        while pos < len(buf) and buf[pos] in skip:
-            pos += 1
-        if pos >= len(buf):
-            if eof or not fill():
-                if not started:
-                    yield _BadRow("empty input: expected a JSON array")
-                return
-            continue
-        if not started:
-            if buf[pos] != "[":
-                yield _BadRow("expected a JSON array at the top level")
-                return
-            started, pos = True, pos + 1
-            continue
-        if buf[pos] == "]":
-            return
-        try:
-            obj, end = decoder.raw_decode(buf, pos)
-        except json.JSONDecodeError as exc:
-            if not eof and fill():
-                continue
-            yield _BadRow(f"unparseable JSON array item: {exc}")
-            return
-        if end == len(buf) and not eof:  # a number or literal may continue in the next chunk
-            if fill():
-                continue
-        pos = end
-        yield obj if isinstance(obj, dict) else _BadRow(f"array item is a {type(obj).__name__}, not an object")
 
 
 def _read_json(url: str, so: dict) -> Iterator[dict | _BadRow]:
@@ -291,24 +255,41 @@ def _read_csv(url: str, so: dict) -> Iterator[dict | _BadRow]:
     delimiter = "\t" if url.lower().endswith(".tsv") else ","
     with _open_binary(url, so) as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
-        reader = csv.DictReader(text, delimiter=delimiter)
-        try:
-            for rec in reader:
-                if None in rec:  # more fields than header columns
-                    yield _BadRow(f"line {reader.line_num}: {len(rec[None])} extra fields")
-                    continue
-                yield dict(rec)
-        except csv.Error as exc:
-            yield _BadRow(f"line {reader.line_num}: {exc}")
+        yield from iter_csv_rows(text, delimiter)
+
+
+def check_parquet(url: str, so: dict) -> None:
+    """ConfigError naming the file when its Parquet footer cannot be read (truncated, not Parquet)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        with _open_binary(url, so) as f:
+            rows = pq.ParquetFile(f).metadata.num_rows   # reads and parses the footer
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise ConfigError(f"input {url} is not a readable Parquet file ({type(exc).__name__}: {str(exc)[:200]}); "
+                          "it may be truncated or not Parquet: re-export it, or leave it out of the inputs") from None
+    if rows < 0:
+        raise ConfigError(f"input {url}: its Parquet footer declares {rows} rows")
 
 
 def _read_parquet(url: str, so: dict) -> Iterator[dict | _BadRow]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     with _open_binary(url, so) as f:
         pf = pq.ParquetFile(f)
-        for batch in pf.iter_batches(batch_size=1024):
-            yield from batch.to_pylist()
+        for group in range(pf.num_row_groups):
+            rows, done = pf.metadata.row_group(group).num_rows, 0
+            try:
+                for batch in pf.iter_batches(batch_size=1024, row_groups=[group]):
+                    out = batch.to_pylist()
+                    done += len(out)
+                    yield from out
+            except (pa.ArrowException, OSError, ValueError) as exc:   # every row of the group is counted
+                why = f"row group {group} of {url} cannot be read: {type(exc).__name__}: {str(exc)[:160]}"
+                for _ in range(max(0, rows - done)):
+                    yield _BadRow(why)
 
 
 def _read_folder(url: str, so: dict) -> Iterator[dict | _BadRow]:

@@ -10,7 +10,6 @@ holding the image(s) followed by the caption as the assistant turn.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from vlmdata.errors import RowProblem, Skip
@@ -165,11 +164,3 @@ def check_text(sample: SourceSample) -> None:
     if markers not in (0, len(sample.images)):
         raise RowProblem(Skip.MARKER_MISMATCH, f"{markers} {IMAGE_MARKER} markers for {len(sample.images)} images")
 
-
-def resolve(ref: str, base: str) -> str:
-    """An image reference as a path/URL: absolute and URLs as-is, relative to the input's directory."""
-    if "://" in ref or os.path.isabs(ref):
-        return ref
-    if "://" in base:
-        return base.rstrip("/") + "/" + ref
-    return os.path.join(base, ref)

@@ -29,9 +29,10 @@ from vlmdata.errors import ConfigError, EmptyDatasetError, Skip
 from vlmdata.formats.manifest import MANIFEST_NAME, PLANNING_NAME, Manifest
 from vlmdata.formats.sample import safe_key
 from vlmdata.formats.sample_index import SampleIndex, concat_planning_columns
+from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_REMOTE_TIMEOUT, AccessPolicy
 from vlmdata.ingest.engine import ENGINES, run_jobs
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, ImageOptions
-from vlmdata.ingest.job import JOBS_DIR, JobOptions, JobSpec, JobStats, job_stats_name
+from vlmdata.ingest.job import JOBS_DIR, VERIFY_MODES, JobOptions, JobSpec, JobStats, job_stats_name
 from vlmdata.ingest.keyset import KeySet
 from vlmdata.ingest.readers import InputSource, Row, describe_input, format_names, iter_rows, open_inputs
 from vlmdata.ingest.records import ColumnSpec, row_id
@@ -66,6 +67,21 @@ class ShardConfig:
     train_on: str = "assistant"       # model folders: "assistant" | "last" | "all" (see text.families.base)
     family: str | None = None         # model folders: force a model family by name
     view: str | None = None           # model folders: the name of the text view written (default: folder name)
+    image_root: str | None = None                # references resolve (and must stay) under it; default the input's dir
+    allow_remote: bool = False                   # read http(s)/s3/... image URLs named by rows
+    allow_hosts: tuple[str, ...] = ()            # with allow_remote: only these hosts / buckets
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+    remote_timeout: float = DEFAULT_REMOTE_TIMEOUT
+    verify: str = "header"                       # "decode": fully decode every image (--verify decode)
+
+    def access(self) -> AccessPolicy:
+        """The data-access policy of this run (see ingest.access)."""
+        root = self.image_root
+        if root is not None and fsutil.is_local(root):
+            root = os.path.abspath(fsutil.local_path(root))   # workers may not share the caller's directory
+        return AccessPolicy(image_root=root, allow_remote=self.allow_remote,
+                            allow_hosts=tuple(self.allow_hosts), max_bytes=self.max_image_bytes,
+                            timeout=self.remote_timeout)
 
 
 def view_name(spec: str | None, name: str | None) -> str:
@@ -94,6 +110,9 @@ def _check_config(cfg: ShardConfig) -> None:
         raise ConfigError("--resize-max-side must be >= 1")
     if cfg.workers is not None and cfg.workers < 0:
         raise ConfigError("--workers must be >= 0")
+    if cfg.verify not in VERIFY_MODES:
+        raise ConfigError(f"unknown --verify {cfg.verify!r}; use one of {', '.join(VERIFY_MODES)}")
+    cfg.access().check()
 
 
 def _probe_output(output: str, storage_options: dict) -> None:
@@ -108,10 +127,15 @@ def _probe_output(output: str, storage_options: dict) -> None:
 
 
 def _fingerprint(cfg: ShardConfig, sources: list[InputSource], tokenizer: dict) -> dict:
+    return json.loads(json.dumps(_settings(cfg, sources, tokenizer)))   # as it reads back from config.json
+
+
+def _settings(cfg: ShardConfig, sources: list[InputSource], tokenizer: dict) -> dict:
     return {"inputs": [asdict(s) for s in sources], "format": cfg.format, "image_size": cfg.image_size,
             "max_samples_per_shard": cfg.max_samples_per_shard, "max_shard_bytes": cfg.max_shard_bytes,
             "tokenizer": tokenizer, "resize_max_side": cfg.resize_max_side, "quality": cfg.quality,
-            "max_image_pixels": cfg.max_image_pixels, "columns": asdict(cfg.columns), "train_on": cfg.train_on}
+            "max_image_pixels": cfg.max_image_pixels, "columns": asdict(cfg.columns), "train_on": cfg.train_on,
+            "access": asdict(cfg.access()), "verify": cfg.verify}
 
 
 def _prepare_output(cfg: ShardConfig, fingerprint: dict) -> None:
@@ -122,6 +146,9 @@ def _prepare_output(cfg: ShardConfig, fingerprint: dict) -> None:
         raise ConfigError(f"{cfg.output} already holds a dataset; pass --resume to continue it or use an empty output")
     if has_dataset and fsutil.exists(config_url, so):
         old = json.loads(fsutil.read_bytes(config_url, so))
+        # runs started before these settings existed used their defaults
+        old = {"access": json.loads(json.dumps(asdict(AccessPolicy()))), "verify": "header", "train_on": "assistant",
+               **old}
         fingerprint = json.loads(json.dumps(fingerprint))    # compared as stored (tuples are lists in JSON)
         if old != fingerprint:
             changed = sorted(k for k in fingerprint if old.get(k) != fingerprint[k])
@@ -222,6 +249,9 @@ def _empty_error(cfg: ShardConfig, sources: list[InputSource], results: list[dic
         msg += f"; e.g. row {example[1]['row']} ({example[0]}): {example[1]['detail']}"
     if Skip.MISSING_TEXT in skipped and any(s.format == "folder" for s in sources):
         msg += "; an image folder needs a .txt caption beside each image"
+    elif Skip.OUTSIDE_ROOT in skipped or Skip.REMOTE_NOT_ALLOWED in skipped:
+        msg += ("; rows may only read images under the input's directory: pass --image-root DIR for images "
+                "elsewhere, --allow-remote (and --allow-host HOST) for URLs")
     elif any(k in skipped for k in (Skip.BAD_TEXT, Skip.MISSING_IMAGE_REF)):
         msg += "; check the table's columns (--image-column / --text-column) or its layout (LLaVA rows need " \
                "'conversations')"
@@ -329,7 +359,8 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
                       max_shard_bytes=cfg.max_shard_bytes,
                       images=ImageOptions(cfg.max_image_pixels, cfg.resize_max_side, cfg.quality),
                       tokenizer=cfg.tokenizer, columns=cfg.columns, storage_options=cfg.storage_options,
-                      fsync=cfg.fsync, train_on=cfg.train_on, family=cfg.family)
+                      fsync=cfg.fsync, train_on=cfg.train_on, family=cfg.family, access=cfg.access(),
+                      verify=cfg.verify)
     results: list[dict] = []
     resumed = []
     tracker = _Progress(progress)

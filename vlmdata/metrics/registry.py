@@ -25,6 +25,11 @@ What is exported (the `rank` label is absent when `rank_labels=False`):
 | vlmdata_skipped_samples_total | counter | rank, reason |
 | vlmdata_data_wait_seconds_total, _step_seconds_total, _steps_total | counter | rank |
 | vlmdata_step_duration_seconds | histogram | rank |
+| vlmdata_train_phase_seconds_total | counter | rank, phase |
+| vlmdata_train_grad_norm, vlmdata_train_learning_rate | gauge | rank |
+| vlmdata_train_allreduce_bytes_total | counter | rank |
+| vlmdata_gpu_utilization_ratio, vlmdata_gpu_memory_used_bytes, _memory_peak_bytes, _memory_total_bytes | gauge | rank, gpu |
+| vlmdata_gpu_max_memory_allocated_bytes | gauge | rank |
 | vlmdata_cache_hits_total, _cache_misses_total, _fetch_bytes_total, _cache_evictions_total | counter | tier |
 | vlmdata_cache_bytes | gauge | tier |
 | vlmdata_cache_budget_bytes | gauge | tier |
@@ -70,6 +75,26 @@ class MetricSet:
         self.steps = PCounter("vlmdata_steps_total", "Training steps completed", rank, registry=r)
         self.step_time = Histogram("vlmdata_step_duration_seconds", "Duration of one training step", rank, registry=r,
                                    buckets=STEP_BUCKETS)
+        # training toolbox (pipelines/: profiler breakdown, optimizer health, DDP hook, GPU telemetry)
+        self.phase_seconds = PCounter("vlmdata_train_phase_seconds_total",
+                                      "Seconds of profiled training steps, by phase (they add up to the step time)",
+                                      rank + ["phase"], registry=r)
+        self.grad_norm = Gauge("vlmdata_train_grad_norm", "Global gradient norm of the last step, before clipping",
+                               rank, registry=r)
+        self.learning_rate = Gauge("vlmdata_train_learning_rate", "Learning rate of the last step", rank, registry=r)
+        self.allreduce_bytes = PCounter("vlmdata_train_allreduce_bytes_total",
+                                        "Gradient bytes handed to all-reduce by the DDP communication hook",
+                                        rank, registry=r)
+        gpu = rank + ["gpu"]
+        self.gpu_utilization = Gauge("vlmdata_gpu_utilization_ratio",
+                                     "Fraction of NVML's last sample period in which a kernel ran", gpu, registry=r)
+        self.gpu_memory_used = Gauge("vlmdata_gpu_memory_used_bytes", "Device memory in use (NVML, all processes)",
+                                     gpu, registry=r)
+        self.gpu_memory_peak = Gauge("vlmdata_gpu_memory_peak_bytes", "Largest device memory in use sampled this run",
+                                     gpu, registry=r)
+        self.gpu_memory_total = Gauge("vlmdata_gpu_memory_total_bytes", "Device memory size", gpu, registry=r)
+        self.gpu_max_allocated = Gauge("vlmdata_gpu_max_memory_allocated_bytes",
+                                       "torch.cuda.max_memory_allocated of this rank's process", rank, registry=r)
         # cache
         self.cache_hits = PCounter("vlmdata_cache_hits_total", "Cache lookups served, by tier", ["tier"], registry=r)
         self.cache_misses = PCounter("vlmdata_cache_misses_total", "Cache lookups not served, by tier", ["tier"], registry=r)
@@ -121,6 +146,33 @@ class MetricSet:
         self._by_rank(self.step_seconds, rank).inc(seconds)
         self._by_rank(self.steps, rank).inc()
         self._by_rank(self.step_time, rank).observe(seconds)
+
+    def observe_phases(self, seconds: Mapping[str, float], rank: int | str = 0) -> None:
+        """A profiled window's seconds per phase (pipelines' step breakdown)."""
+        for name, value in seconds.items():
+            if value > 0:
+                self._by_rank(self.phase_seconds, rank, phase=str(name)).inc(value)
+
+    def observe_optimizer(self, grad_norm: float, lr: float, rank: int | str = 0) -> None:
+        """The last step's gradient norm (before clipping) and learning rate."""
+        self._by_rank(self.grad_norm, rank).set(grad_norm)
+        self._by_rank(self.learning_rate, rank).set(lr)
+
+    def observe_allreduce(self, nbytes: int, rank: int | str = 0) -> None:
+        """Bytes the gradient communication hook all-reduced (this rank's payload)."""
+        if nbytes:
+            self._by_rank(self.allreduce_bytes, rank).inc(nbytes)
+
+    def observe_gpu(self, sample: Mapping, rank: int | str = 0) -> None:
+        """A GPU reading: `gpu` (label), `utilization` (0-1), `memory_used`, `memory_peak`, `memory_total`
+        (bytes; None without NVML) and `max_allocated` (torch's allocator peak, bytes)."""
+        gpu = str(sample["gpu"])
+        for key, metric in (("utilization", self.gpu_utilization), ("memory_used", self.gpu_memory_used),
+                            ("memory_peak", self.gpu_memory_peak), ("memory_total", self.gpu_memory_total)):
+            if sample.get(key) is not None:
+                self._by_rank(metric, rank, gpu=gpu).set(sample[key])
+        if sample.get("max_allocated") is not None:
+            self._by_rank(self.gpu_max_allocated, rank).set(sample["max_allocated"])
 
     def record_fetch(self, tier: str, hit: bool, nbytes: int = 0) -> None:
         """A cache lookup in `tier` (daemon or in-process cache); `nbytes` read from that tier."""

@@ -65,7 +65,7 @@ def test_corrupt_image_costs_exactly_itself(images, bad_kind):
     for i, (a, b) in enumerate(zip(clean, out)):
         if i not in bad_at:
             np.testing.assert_array_equal(a, b)
-    assert sum(dec.errors.values()) == len(bad_at)
+    assert sum(dec.pop_errors().values()) == len(bad_at)   # rejected by DALI and by the CPU fallback
     # the decoder keeps working after a failed batch
     again = dec.decode(data[:4], sizes[:4], policy)
     assert all(o is not None for o in again)
@@ -106,12 +106,22 @@ def test_dataloader_workers_build_their_own_pipeline(images):
     assert all(built for _, _, built in rows)
 
 
-def test_all_images_failing_is_an_error_not_bad_data(images):
-    """Bad data is skipped and counted, but a call where nothing decodes says so loudly."""
+def test_systemic_dali_failure_is_loud_and_costs_no_image(images, caplog, monkeypatch):
+    """Bad data is skipped and counted; a DALI that decodes nothing is reported, and the CPU decodes instead."""
     data, sizes = images
     junk = [truncated(d)[:200] for d in data[:5]]   # JPEG headers, no scan data at all
     dec = DaliCpuDecoder()
-    with pytest.raises(RuntimeError, match="decoded none of 5 images"):
-        dec.decode(junk, sizes[:5], FixedPolicy(56))
+    with pytest.raises(RuntimeError, match="decoded none of 5 images"):   # the runner alone stays strict
+        dec.runner.run(junk, [(56, 56)] * 5, np.array)
     out = dec.decode(junk[:3] + data[:1], sizes[:4], FixedPolicy(56))   # a few bad among good: skipped
     assert [o is None for o in out] == [True, True, True, False]
+    assert dec.pop_errors() == {"corrupt_image": 3} and dec.fallbacks["dali_failed"] == 3
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated pipeline failure")
+
+    monkeypatch.setattr(dec.runner, "_run_once", broken)
+    out = dec.decode(data[:5], sizes[:5], FixedPolicy(56))
+    assert all(o is not None and o.shape == (56, 56, 3) for o in out)
+    assert dec.fallbacks["dali_failed"] == 3 + 5 and dec.pop_errors() == {}
+    assert "DALI failed on all 5 images" in caplog.text

@@ -6,4 +6,5 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "DaliGpuStage": "gpu", "GpuStageOptions": "gpu", "image_owners": "gpu", "patchify": "gpu",
     "DaliConfig": "pipeline", "DaliRunner": "pipeline", "Normalization": "pipeline",
     "define_pipeline": "pipeline", "looks_like_image": "pipeline",
+    "cpu_only": "routing", "plan_decode": "routing",
 })

@@ -12,9 +12,14 @@ PackedBatch pixel fields as torch tensors on the GPU:
                   `decode.patches.flatten_patches`, `image_grid` int32 [n_img, 3] (t=1, rows, cols),
                   `vision_cu_seqlens` int32 [n_img + 1] (the collate layout, normalised floats)
 
-A corrupt image does not fail the pack: its pixels become zeros (so every
-shape the planner counted stays the same), the sample that owns it loses its
-loss (labels -100), and it is counted in `batch["stats"]["skipped"]["corrupt_image"]`.
+Images DALI must not or cannot decode (GIF, TIFF, 16-bit PNG, anything it
+fails on) are decoded by a `PillowDecoder` on the CPU instead, normalised the
+same way and moved to the device (`decode.dali.routing`; counted in
+`fallbacks`); EXIF orientation is applied on the device. A corrupt image (one
+the CPU decoder rejects too) does not fail the pack: its pixels become zeros
+(so every shape the planner counted stays the same), the sample that owns it
+loses its loss (labels -100), and it is counted in
+`batch["stats"]["skipped"]["corrupt_image"]`.
 
 `device="cpu"` runs the same code on DALI's CPU backend (tests, GPU-less runs).
 """
@@ -27,8 +32,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from vlmdata.decode.dali.cpu import target_hw
+from vlmdata.decode.dali.cpu import note_fallback, target_hw
 from vlmdata.decode.dali.pipeline import DaliConfig, DaliRunner, Normalization
+from vlmdata.decode.dali.routing import plan_decode
+from vlmdata.decode.pillow import PillowDecoder
 from vlmdata.decode.policy import DynamicPolicy, ImagePolicy
 from vlmdata.errors import Skip
 
@@ -79,6 +86,25 @@ def patchify(img: torch.Tensor, patch: int, merge: int = 1) -> torch.Tensor:
     return x.permute(1, 4, 2, 5, 0, 3, 6).reshape(gh * gw, c * patch * patch)
 
 
+def orient_chw(t: torch.Tensor, orientation: int) -> torch.Tensor:
+    """A [C, H, W] tensor transformed like Pillow's `exif_transpose` (as `vlmdata.orientation.apply_orientation`)."""
+    if orientation == 2:
+        return t.flip(-1)
+    if orientation == 3:
+        return t.flip(-2, -1)
+    if orientation == 4:
+        return t.flip(-2)
+    if orientation == 5:
+        return t.transpose(-2, -1).contiguous()
+    if orientation == 6:
+        return torch.rot90(t, 3, dims=(-2, -1)).contiguous()
+    if orientation == 7:
+        return t.flip(-2, -1).transpose(-2, -1).contiguous()
+    if orientation == 8:
+        return torch.rot90(t, 1, dims=(-2, -1)).contiguous()
+    return t
+
+
 def _torch_dtype(name: str) -> torch.dtype:
     dt = getattr(torch, name, None)
     if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
@@ -102,6 +128,9 @@ class DaliGpuStage:
             device_id=opt.device_id if opt.device == "mixed" else None, interp=opt.interp, normalize=norm))
         self.torch_device = torch.device(f"cuda:{opt.device_id}") if opt.device == "mixed" else torch.device("cpu")
         self.skipped: Counter = Counter()
+        self.cpu = PillowDecoder(resample="bicubic" if opt.interp == "cubic" else "bilinear")
+        self.fallbacks: Counter = Counter()   # images decoded on the CPU instead: "format" or "dali_failed"
+        self._norm = norm
 
     def _to_torch(self, t) -> torch.Tensor:
         from nvidia.dali.plugin.pytorch import feed_ndarray, to_torch_type
@@ -122,7 +151,7 @@ class DaliGpuStage:
         if len(image_bytes) != len(sizes):
             raise ValueError(f"{len(image_bytes)} images but {len(sizes)} sizes")
         hw = target_hw(self.policy, [tuple(s) for s in sizes.tolist()])
-        imgs = self.runner.run(image_bytes, hw, self._to_torch, self._copied) if len(hw) else []
+        imgs = self._decode_all(image_bytes, hw)
         bad = [i for i, im in enumerate(imgs) if im is None]
         chw = [im.to(self.dtype) if im is not None else torch.zeros((3, h, w), dtype=self.dtype, device=self.torch_device)
                for im, (h, w) in zip(imgs, hw)]
@@ -138,6 +167,32 @@ class DaliGpuStage:
         pv = (torch.cat([patchify(x, p, m) for x in chw]) if chw
               else torch.zeros((0, 3 * p * p), dtype=self.dtype, device=self.torch_device))
         return DecodedImages(pv, grid.to(self.torch_device), cu.to(self.torch_device), bad)
+
+    def _decode_all(self, image_bytes: list, hw: list[tuple[int, int]]) -> list[torch.Tensor | None]:
+        """DALI where it decodes right, the CPU decoder for the rest and for DALI's failures."""
+        plan = plan_decode(image_bytes, hw)
+        imgs: list[torch.Tensor | None] = [None] * len(hw)
+        if plan.dali:
+            got = self.runner.run([image_bytes[i] for i in plan.dali], plan.dali_hw, self._to_torch, self._copied,
+                                  strict=False)
+            for i, t in zip(plan.dali, got):
+                imgs[i] = None if t is None else orient_chw(t, plan.orientation[i])
+        failed = [i for i in plan.dali if imgs[i] is None]
+        for why, idx in (("format", plan.cpu), ("dali_failed", failed)):
+            for i in idx:
+                note_fallback(self.fallbacks, why, i)
+                h, w = hw[i]
+                arr = self.cpu.decode_one(image_bytes[i], w, h)
+                imgs[i] = None if arr is None else self._from_cpu(arr)
+        self.cpu.pop_errors()   # the stage counts bad images itself, per sample
+        return imgs
+
+    def _from_cpu(self, arr: np.ndarray) -> torch.Tensor:
+        """An (H, W, 3) uint8 CPU decode as DALI's output: [3, H, W] on the device, normalised like the pipeline."""
+        t = torch.from_numpy(np.array(arr, dtype=np.uint8)).to(self.torch_device).permute(2, 0, 1).float()
+        mean = torch.tensor(self._norm.mean, device=self.torch_device).reshape(3, 1, 1)
+        std = torch.tensor(self._norm.std, device=self.torch_device).reshape(3, 1, 1)
+        return (t - mean) / std
 
     def __call__(self, batch: dict) -> dict:
         """Replace `image_bytes`/`image_sizes` by pixel fields on the device; drop loss of bad samples."""

@@ -145,12 +145,14 @@ class DaliRunner:
         return self._pipe
 
     def run(self, encoded: Sequence, hw: Sequence[tuple[int, int]],
-            convert: Callable[[Any], Any], copied: Callable[[], None] | None = None) -> list:
+            convert: Callable[[Any], Any], copied: Callable[[], None] | None = None, strict: bool = True) -> list:
         """Decode each image to its (height, width); `convert(dali_tensor)` copies one result out.
 
         `copied()`, when given, is called after each pipeline run's results were converted and
         before the next run may reuse DALI's output buffers (e.g. to wait for async GPU copies).
         Returns a list aligned with `encoded`, None where the image could not be decoded.
+        `strict`: raise when all of at least SYSTEMIC_MIN valid-looking images fail (a pipeline
+        problem); callers that fall back to a CPU decoder per image pass False and judge themselves.
         Thread-safe: concurrent calls take turns on the one pipeline (DALI's own threads
         give the parallelism; see `DaliConfig.num_threads`).
         """
@@ -171,7 +173,7 @@ class DaliRunner:
             self._last_error = ""
             for start in range(0, len(good), step):
                 self._isolate(good[start:start + step], arrays, hw, (convert, copied), out)
-        if len(good) >= SYSTEMIC_MIN and all(out[i] is None for i in good):
+        if strict and len(good) >= SYSTEMIC_MIN and all(out[i] is None for i in good):
             raise RuntimeError(f"DALI decoded none of {len(good)} images that look valid; this is a pipeline "
                                f"or device problem, not bad data (first error: {self._last_error})")
         return out
