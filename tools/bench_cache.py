@@ -18,7 +18,6 @@ Usage: .venv/bin/python tools/bench_cache.py [--quick] [--out bench_out/bench-ca
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import multiprocessing as mp
 import os
@@ -29,7 +28,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import zlib
 from dataclasses import dataclass
@@ -38,158 +36,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from vlmdata.cache import CacheConfig, RetryPolicy, ShardCache, ShardRef, TieredFetcher  # noqa: E402  # noqa: E402
+from vlmdata.cache import CacheConfig, RetryPolicy, ShardCache, ShardRef, TieredFetcher  # noqa: E402
 from vlmdata.cache.daemon import connect, recv_msg, send_msg  # noqa: E402
-from vlmdata.testing import simulate, window_shuffle_trace  # noqa: E402
-
-BUCKET = "bench"
-
+from vlmdata.testing import BUCKET, SlowStore, simulate, upload_random, window_shuffle_trace  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # the store: moto + latency/bandwidth proxy, in its own process, controlled over stdin/stdout
 # ---------------------------------------------------------------------------------------------
-class Proxy:
-    """TCP proxy: delays each HTTP request by `latency` s, throttles responses to `bandwidth` B/s."""
-
-    def __init__(self, target_port: int):
-        self.target_port = target_port
-        self.latency = 0.0
-        self.bandwidth = 0.0  # bytes/s, 0 = unlimited
-        self.requests = 0
-        self.gets = 0
-        self.bytes_down = 0
-        self._link_free = 0.0
-
-    async def _throttle(self, n: int) -> None:
-        if self.bandwidth <= 0:
-            return
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        self._link_free = max(now, self._link_free) + n / self.bandwidth
-        await asyncio.sleep(self._link_free - now)
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
-
-        async def client_to_server() -> None:
-            while data := await reader.read(1 << 16):
-                if data[:4] in (b"GET ", b"HEAD", b"PUT ", b"POST", b"DELE"):
-                    self.requests += 1
-                    self.gets += data.startswith(b"GET ")
-                    if self.latency:
-                        await asyncio.sleep(self.latency)
-                up_w.write(data)
-                await up_w.drain()
-
-        async def server_to_client() -> None:
-            while data := await up_r.read(1 << 16):
-                self.bytes_down += len(data)
-                await self._throttle(len(data))
-                writer.write(data)
-                await writer.drain()
-
-        tasks = [asyncio.ensure_future(client_to_server()), asyncio.ensure_future(server_to_client())]
-        try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            for t in tasks:
-                t.cancel()
-            for w in (writer, up_w):
-                w.close()
-
-
-def serve_store() -> None:
-    """Entry of the store process: prints {"moto": port, "proxy": port}, then answers stdin commands."""
-    import logging
-
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    _, moto_port = moto.get_host_and_port()
-    proxy = Proxy(moto_port)
-
-    async def main() -> None:
-        server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        print(json.dumps({"moto": moto_port, "proxy": port}), flush=True)
-        loop = asyncio.get_running_loop()
-        done = asyncio.Event()
-
-        def commands() -> None:
-            for line in sys.stdin:
-                parts = line.split()
-                if not parts:
-                    continue
-                if parts[0] == "set":  # set LATENCY_S BANDWIDTH_BPS
-                    proxy.latency, proxy.bandwidth = float(parts[1]), float(parts[2])
-                elif parts[0] == "reset":
-                    proxy.requests = proxy.gets = proxy.bytes_down = 0
-                print(json.dumps({"requests": proxy.requests, "gets": proxy.gets, "bytes_down": proxy.bytes_down}),
-                      flush=True)
-            loop.call_soon_threadsafe(done.set)
-
-        threading.Thread(target=commands, daemon=True).start()
-        await done.wait()
-        server.close()
-
-    asyncio.run(main())
-    moto.stop()
-
-
-class Store:
-    """Client side of the store process."""
-
-    def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, __file__, "--serve-store"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, cwd=REPO)
-        ports = json.loads(self.proc.stdout.readline())
-        self.moto_port, self.proxy_port = ports["moto"], ports["proxy"]
-
-    def _cmd(self, line: str) -> dict:
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        return json.loads(self.proc.stdout.readline())
-
-    def set(self, latency: float, bandwidth: float) -> None:
-        self._cmd(f"set {latency} {bandwidth}")
-
-    def reset(self) -> dict:
-        return self._cmd("reset")
-
-    def stats(self) -> dict:
-        return self._cmd("stats")
-
-    def options(self, direct: bool = False) -> dict:
-        port = self.moto_port if direct else self.proxy_port
-        return {"endpoint_url": f"http://127.0.0.1:{port}", "key": "bench", "secret": "bench", "anon": False,
-                "client_kwargs": {"region_name": "us-west-2"}}
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(30)
-
-
-def upload(store: Store, prefix: str, n: int, size: int, seed: int) -> list[ShardRef]:
-    """n equal-size objects of random bytes, written straight to moto (not through the proxy)."""
-    import s3fs
-
-    fs = s3fs.S3FileSystem(**store.options(direct=True))
-    if not fs.exists(BUCKET):
-        fs.mkdir(BUCKET)
-    rng = random.Random(seed)
-    refs = []
-    for i in range(n):
-        data = rng.randbytes(size)
-        url = f"s3://{BUCKET}/{prefix}/shard-{i:05d}.tar"
-        fs.pipe_file(url[len("s3://"):], data)
-        refs.append(ShardRef(url=url, size=size, crc32=zlib.crc32(data) & 0xFFFFFFFF, key=f"{prefix}/{i:05d}"))
-    return refs
-
-
 RETRY = RetryPolicy(attempts=4, base_delay=0.05, max_delay=0.5)
 
 
@@ -211,9 +64,9 @@ class Sizes:
     readers: int = 4
 
 
-def bench_policy(store: Store, sz: Sizes) -> list[dict]:
+def bench_policy(store: SlowStore, sz: Sizes) -> list[dict]:
     store.set(0.002, 0)
-    refs = upload(store, "policy", sz.policy_shards, sz.policy_shard_bytes, seed=1)
+    refs = upload_random(store, "policy", sz.policy_shards, sz.policy_shard_bytes, seed=1)
     trace = window_shuffle_trace(sz.policy_shards, sz.policy_window, epochs=3, seed=0, reads_per_shard=1)
     seq = [refs[i] for i in trace]
     rows = []
@@ -265,8 +118,8 @@ def consume(fetcher, seq: list[ShardRef], reads_per_shard: int, step_seconds: fl
             "first_wait_seconds": first, "steady_wait_fraction": (wait - first) / (total - first)}
 
 
-def bench_prefetch(store: Store, sz: Sizes, tmp: Path) -> dict:
-    refs = upload(store, "prefetch", sz.prefetch_shards, sz.prefetch_shard_bytes, seed=2)
+def bench_prefetch(store: SlowStore, sz: Sizes, tmp: Path) -> dict:
+    refs = upload_random(store, "prefetch", sz.prefetch_shards, sz.prefetch_shard_bytes, seed=2)
     store.set(0.100, 200e6)
     trace = window_shuffle_trace(sz.prefetch_shards, 4, epochs=sz.prefetch_epochs, seed=3, reads_per_shard=1)
     seq = [refs[i] for i in trace]
@@ -291,7 +144,7 @@ def bench_prefetch(store: Store, sz: Sizes, tmp: Path) -> dict:
     return out
 
 
-def bench_dataset(store: Store, tmp: Path, samples: int = 240) -> dict:
+def bench_dataset(store: SlowStore, tmp: Path, samples: int = 240) -> dict:
     """Informational: the same prefetch comparison end to end, through VLMDataset + make_loader."""
     try:
         import s3fs
@@ -372,8 +225,8 @@ def run_readers(cfg: CacheConfig, refs: list[ShardRef], n: int) -> list[dict]:
     return results
 
 
-def bench_daemon(store: Store, sz: Sizes, tmp: Path) -> dict:
-    refs = upload(store, "daemon", sz.daemon_shards, sz.daemon_shard_bytes, seed=5)
+def bench_daemon(store: SlowStore, sz: Sizes, tmp: Path) -> dict:
+    refs = upload_random(store, "daemon", sz.daemon_shards, sz.daemon_shard_bytes, seed=5)
     dataset_bytes = sum(r.size for r in refs)
     store.set(0.020, 400e6)
     out = {"readers": sz.readers, "dataset_bytes": dataset_bytes}
@@ -497,20 +350,16 @@ def report(m: dict, policy: list[dict], pre: dict, dmn: dict, cmd: str, seconds:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--serve-store", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
     ap.add_argument("--out", default="bench_out/bench-cache.md")
     args = ap.parse_args()
-    if args.serve_store:
-        serve_store()
-        return 0
     sz = Sizes()
     if args.quick:
         sz = Sizes(policy_shards=60, prefetch_shards=12, prefetch_epochs=1, daemon_shards=8, reads_per_shard=4)
     m = machine()
     print(f"machine: {m}", flush=True)
     t0 = time.time()
-    store = Store()
+    store = SlowStore(cwd=str(REPO))
     tmp = Path(tempfile.mkdtemp(prefix="bench-cache-"))
     try:
         print("1. Belady vs LRU", flush=True)

@@ -12,6 +12,9 @@
 #   dali-mixed   DaliGpuStage with device="mixed": fixed and dynamic packs on the GPU, bf16, a corrupt
 #                JPEG costs one image; pixels match the DALI-CPU stage within tolerance
 #   bench        tools/bench_decode.py --require-gpu: DALI mixed images/s next to DALI-CPU and Pillow
+#   loader-gpu   tools/bench_gpu_loader.py: the memmap path's host-to-device rate (pinned and straight from
+#                the packs' shared memory, next to a plain 256 MiB H2D copy) and DALI mixed decode images/s
+#                end to end (tar shards, defer_decode, DaliGpuStage in the training process)
 #   attention    pipelines.attention: each CUDA varlen backend equals the reference (if pipelines/ exists)
 #   attn-bench   tools/bench_attention.py: time and peak memory of each varlen backend vs padded SDPA
 #   telemetry    tests/pipelines/test_telemetry.py + test_profiling.py on the GPU: NVML and allocator
@@ -169,6 +172,10 @@ bench_step() {
     "$PY" tools/bench_decode.py $REQUIRE_GPU --samples 200 --threads "1,$(nproc)" --rounds 2 \
         --out "$OUT/bench-decode-gpu.md" && cat "$OUT/bench-decode-gpu.md"
 }
+loader_gpu_step() {
+    "$PY" tools/bench_gpu_loader.py --device "$LOADER_DEVICE" --samples 300 --epochs 3 \
+        --cache "$OUT/corpus" --out "$OUT/bench-gpu-loader.md"
+}
 attention_step() {
     "$PY" - "$ATTN_DEVICE" <<'EOF'
 import sys, torch
@@ -236,14 +243,16 @@ EOF
     done
     return $rc
 }
-MIXED=mixed REQUIRE_GPU=--require-gpu ATTN_DEVICE=cuda DECODE_STAGE=auto ATTN_BENCH_ARGS=""
+MIXED=mixed REQUIRE_GPU=--require-gpu ATTN_DEVICE=cuda DECODE_STAGE=auto ATTN_BENCH_ARGS="" LOADER_DEVICE=cuda
 if [ "${GPU_CHECK_DRY:-0}" = 1 ] && [ "$HAVE_GPU" = 0 ]; then
     echo "GPU_CHECK_DRY=1: running the GPU steps on the CPU (script self-test)"
     MIXED=cpu REQUIRE_GPU="" ATTN_DEVICE=cpu DECODE_STAGE=dali-cpu ATTN_BENCH_ARGS="--tokens 2048 --packs 1 --rounds 1"
+    LOADER_DEVICE=cpu
 fi
 if [ "$HAVE_GPU" = 1 ] || [ "$MIXED" = cpu ]; then
     run_step dali-mixed "DALI mixed decode failed" mixed_step
     run_step bench "decode benchmark failed" bench_step
+    run_step loader-gpu "GPU loader benchmark failed" loader_gpu_step
     if [ -f pipelines/attention.py ]; then run_step attention "varlen attention check failed" attention_step
     else skip attention "pipelines/attention.py not present"; fi
     run_step attn-bench "attention benchmark failed" attn_bench_step
@@ -251,7 +260,7 @@ if [ "$HAVE_GPU" = 1 ] || [ "$MIXED" = cpu ]; then
     if [ -f pipelines/train.py ] && [ -f pipelines/corpus.py ]; then run_step train "training steps failed" train_step
     else skip train "pipelines/train.py not present"; fi
 else
-    for s in dali-mixed bench attention attn-bench telemetry train; do skip "$s" "needs an NVIDIA GPU"; done
+    for s in dali-mixed bench loader-gpu attention attn-bench telemetry train; do skip "$s" "needs an NVIDIA GPU"; done
 fi
 
 # ---- summary ------------------------------------------------------------------------------
@@ -260,6 +269,9 @@ fail=0
 for i in "${!NAMES[@]}"; do
     printf '%-11s %-5s %5ss  %s\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}" "${DETAIL[$i]}"
     [ "${STATUS[$i]}" = FAIL ] && fail=1
+done
+for f in "$OUT/bench-decode-gpu.md" "$OUT/bench-gpu-loader.md"; do
+    [ -f "$f" ] && { echo; echo "--- $(basename "$f") (rows for BENCHMARKS.md)"; grep '^|' "$f"; }
 done
 if [ "$HAVE_GPU" = 0 ]; then
     if [ "$MIXED" = cpu ]; then echo "RESULT: FAIL - no usable NVIDIA GPU (GPU steps ran on the CPU: GPU_CHECK_DRY=1)"

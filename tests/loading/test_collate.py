@@ -124,4 +124,5 @@ def test_deferred_decode_carries_bytes():
     s, _ = prepare_sample("d", tokens, [memoryview(b"\xff\xd8abc")], [(640, 480)], c)
     b = collate_pack([s], c, StatsDelta())
     assert "pixel_values" not in b
-    assert b["image_bytes"] == [b"\xff\xd8abc"] and b["image_sizes"].tolist() == [[640, 480]]
+    assert all(isinstance(x, np.ndarray) and x.dtype == np.uint8 for x in b["image_bytes"])
+    assert [bytes(x) for x in b["image_bytes"]] == [b"\xff\xd8abc"] and b["image_sizes"].tolist() == [[640, 480]]

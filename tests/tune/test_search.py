@@ -87,3 +87,31 @@ def test_noisy_dip_does_not_end_growth(chunk_noise, expected):
     res = tune(runner=runner, budget=BIG, config=TuneConfig(cpu_count=32, plateau_tol=1e-6))
     # quiet measurements: a real drop ends the growth; noisy ones get one more step, which finds the rise
     assert res.settings.num_workers == expected
+
+
+@pytest.mark.parametrize("over_gain,expected", [(0.03, 2), (0.5, 3)])
+def test_more_workers_than_cpus_only_when_clearly_faster(over_gain, expected):
+    """On 2 CPUs, 3 workers win only by a measured margin beyond min_gain and noise."""
+    spec = SyntheticSpec(item_s=0.02, knee=2, contention=1.0)           # flat from 2 workers on
+
+    class Runner(ModelRunner):
+        def measure(self, settings, plan):
+            m = super().measure(settings, plan)
+            if settings.num_workers == 3:                                 # over the CPU count: a bit faster
+                m.seconds /= 1 + over_gain
+            return m
+
+    res = tune(runner=Runner(spec), budget=BIG, config=TuneConfig(cpu_count=2, plateau_tol=1e-6))
+    assert res.settings.num_workers == expected
+    if expected == 2:
+        assert "more workers than the 2 CPUs not chosen" in res.reason
+    assert res.confidence.startswith(res.settings.label())
+    assert "best other worker count" in res.confidence and "consumer load of 1 CPU" in res.reason
+
+
+def test_more_workers_than_cpus_not_tried_when_the_cpus_gain_nothing():
+    spec = SyntheticSpec(item_s=0.02, knee=1, contention=1.0)           # flat from 1 worker on
+    runner = ModelRunner(spec)
+    res = tune(runner=runner, budget=BIG, config=TuneConfig(cpu_count=2))
+    assert max(s.num_workers for s in runner.seen) == 2
+    assert "3 workers not tried" in res.reason and res.settings.num_workers == 1

@@ -96,3 +96,13 @@ def test_measuring_with_zero_workers_restores_the_callers_decode_threads(dataset
                        MeasurePlan(warmup_batches=0, measure_s=0.05, min_batches=2))
     assert m.error is None and m.batches >= 2
     assert ds.decode_threads == 3
+
+
+def test_runner_loops_past_the_dataset_end_with_the_consumer_load(dataset_dir):
+    ds = VLMDataset(dataset_dir, max_tokens=2048, image_size=112, decoder="pillow", rank=0, world_size=1)
+    packs = sum(1 for _ in ds)
+    m = LoaderRunner(ds).measure(LoaderSettings(num_workers=1, prefetch_factor=2),
+                                 MeasurePlan(warmup_batches=0, measure_s=0.05, min_batches=2 * packs,
+                                             consumer_cores=0.5))
+    assert m.error is None and m.batches >= 2 * packs and m.note != "dataset ended"
+    assert m.consumer_cores > 0.05

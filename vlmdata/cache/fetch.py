@@ -13,12 +13,14 @@ reading at most that much; local paths must be regular files.
 from __future__ import annotations
 
 import logging
+import os
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol, TypeVar
 
 from vlmdata import fsutil
+from vlmdata.cache.local_shards import map_local_shard
 from vlmdata.errors import CorruptShardError, FetchError
 from vlmdata.retry import RetryPolicy
 
@@ -79,6 +81,7 @@ class DirectFetcher:
         self.max_bytes = max_bytes
 
     def get(self, ref: ShardRef) -> bytes:
+        """The verified bytes: a read-only mmap for a local file, else bytes read from the store."""
         return self._with_retries(ref, lambda: self._get_once(ref))
 
     def _limit(self, ref: ShardRef) -> int | None:
@@ -92,6 +95,12 @@ class DirectFetcher:
     def _get_once(self, ref: ShardRef) -> bytes:
         fsutil.check_regular_file(ref.url)
         limit = self._limit(ref)
+        if fsutil.is_local(ref.url):                # mapped, not read; CRC checked once (cache/local_shards.py)
+            path = fsutil.local_path(ref.url)
+            got = os.path.getsize(path)
+            if limit is not None and got > limit:
+                raise self._too_large(ref, got)
+            return map_local_shard(path, ref.size, ref.crc32, ref.url)
         # a range read is one GET on object stores (a plain cat_file may HEAD first); it stops one byte past
         # the limit, so a larger (or endless) object is refused after reading at most limit + 1 bytes
         if limit == 0:  # an empty range is an error on object stores: ask for the size instead

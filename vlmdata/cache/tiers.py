@@ -33,6 +33,7 @@ from typing import BinaryIO
 
 from vlmdata.cache.disk_scan import scan_cache_dir
 from vlmdata.cache.keys import entry_name
+from vlmdata.cache.verified import VERIFIED, file_identity
 from vlmdata.errors import CacheDirBusy
 
 log = logging.getLogger(__name__)
@@ -149,15 +150,20 @@ class DiskTier:
         return e
 
     def open_entry(self, key: str, e: DiskEntry):
-        """mmap the entry; for an unverified one, check size and CRC32 first. None if bad or gone."""
+        """mmap the entry; for an unverified one, check size and CRC32 first. None if bad or gone.
+
+        An entry another process of this tree already checked (`cache.verified`) is not read again."""
+        path = os.path.join(self.root, e.name + ".data")
         try:
-            data = map_file(os.path.join(self.root, e.name + ".data"))
+            data = map_file(path)
+            ident = file_identity(path, os.stat(path), e.crc32)
         except FileNotFoundError:
             return None
-        if not e.verified:
+        if not e.verified and ident not in VERIFIED:
             if len(data) != e.size or (zlib.crc32(data) & 0xFFFFFFFF) != e.crc32:
                 log.warning("disk cache entry for %s is corrupt (torn or damaged); discarding it", key)
                 return None
+            VERIFIED.add(ident)
         return data
 
     def mark_verified(self, key: str, e: DiskEntry) -> None:
@@ -191,6 +197,7 @@ class DiskTier:
             for p in (tmp, locals().get("meta_tmp")):
                 if p and os.path.exists(p):
                     os.unlink(p)
+        VERIFIED.add(file_identity(data_path, os.stat(data_path), crc))   # checked while it was written
         return map_file(data_path), DiskEntry(stem, size, crc, verified=True)
 
     def insert(self, key: str, e: DiskEntry) -> None:

@@ -32,6 +32,8 @@ def register(subparsers) -> None:
     p.add_argument("--time-budget", type=float, default=120.0, help="seconds the search may take (default 120)")
     p.add_argument("--measure-seconds", type=float, default=2.0, help="measurement window per candidate")
     p.add_argument("--cpus", type=int, default=None, help="CPUs to tune for (default: this process's affinity)")
+    p.add_argument("--consumer-cores", type=float, default=1.0,
+                   help="CPUs the training step keeps busy, emulated while measuring (default 1; 0 = loader alone)")
     p.add_argument("--cache", default=None, help="cache file (default $VLMDATA_CACHE_DIR/tune.json or "
                                                   "~/.cache/vlmdata/tune.json)")
     p.add_argument("--force", action="store_true", help="re-tune even if a cached result exists")
@@ -48,10 +50,14 @@ def run(args: argparse.Namespace) -> int:
         print("vlmdata tune: --max-tokens, --image-size, --time-budget and --measure-seconds must be > 0",
               file=sys.stderr)
         return 2
+    if args.consumer_cores < 0:
+        print("vlmdata tune: --consumer-cores must be >= 0", file=sys.stderr)
+        return 2
     ds = VLMDataset(args.dataset, max_tokens=args.max_tokens, max_images=args.max_images,
                     image_size=args.image_size, decoder=args.decoder, rank=0, world_size=1)
     result = tune_cached(ds, budget=TuneBudget(args.memory_budget, args.time_budget),
-                         config=TuneConfig(measure_s=args.measure_seconds, cpu_count=args.cpus),
+                         config=TuneConfig(measure_s=args.measure_seconds, cpu_count=args.cpus,
+                                           consumer_cores=args.consumer_cores),
                          cache_path=args.cache, force=args.force)
     if args.json:
         print(json.dumps({**result.to_dict(), "from_cache": result.from_cache}, indent=1))

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 
-def flatten_patches(image: np.ndarray, patch: int, merge: int = 1) -> np.ndarray:
-    """(H, W, 3) uint8 -> (gh * gw, 3 * patch * patch) uint8."""
+def flatten_patches(image: np.ndarray, patch: int, merge: int = 1, out: np.ndarray | None = None) -> np.ndarray:
+    """(H, W, 3) uint8 -> (gh * gw, 3 * patch * patch) uint8, written into `out` when given."""
     h, w, c = image.shape
     f = patch * merge
     if h % f or w % f:
@@ -22,7 +22,12 @@ def flatten_patches(image: np.ndarray, patch: int, merge: int = 1) -> np.ndarray
     x = image.reshape(gh // merge, merge, patch, gw // merge, merge, patch, c)
     # -> (block row, block col, row in block, col in block, channel, py, px)
     x = x.transpose(0, 3, 1, 4, 6, 2, 5)
-    return np.ascontiguousarray(x).reshape(gh * gw, c * patch * patch)
+    if out is None:
+        return np.ascontiguousarray(x).reshape(gh * gw, c * patch * patch)
+    if out.shape != (gh * gw, c * patch * patch):
+        raise ValueError(f"out has shape {out.shape}, expected {(gh * gw, c * patch * patch)}")
+    out.reshape(x.shape)[...] = x                  # one strided copy, straight into `out`
+    return out
 
 
 def unflatten_patches(rows: np.ndarray, grid: tuple[int, int], patch: int, merge: int = 1) -> np.ndarray:

@@ -141,7 +141,9 @@ class TurboDecoder:
             out = arr if arr.shape[2] == 3 else np.ascontiguousarray(arr[..., :3])
         else:
             img = Image.frombuffer("RGBX", (arr.shape[1], arr.shape[0]), arr, "raw", "RGBX", 0, 1)
-            out = np.asarray(img.resize((width, height), self.resample).convert("RGB"))
+            # packed straight from the resize's RGBX to RGB bytes: one copy less than convert("RGB") + asarray
+            raw = img.resize((width, height), self.resample).tobytes("raw", "RGB")
+            out = np.frombuffer(raw, np.uint8).reshape(height, width, 3)
         return apply_orientation(out, orientation)
 
     def pop_errors(self) -> Counter:

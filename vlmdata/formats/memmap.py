@@ -182,7 +182,8 @@ class MemmapShard:
         if self.bad_rows is not None and self.bad_rows[i]:
             raise IndexMismatchError(f"index row {i} points outside the memmap shard's arrays")
         start, n = int(ix.tok_offset[i]), int(ix.tok_size[i])
-        tokens = np.stack([self.ids[start:start + n], self.loss[start:start + n].astype(np.int32)])
+        tokens = np.empty((2, n), np.int32)
+        tokens[0], tokens[1] = self.ids[start:start + n], self.loss[start:start + n]
         sl = ix.image_slice(i)
         images = [self.images[int(r)] for r in ix.img_offset[sl]]
         sizes = list(zip(ix.width[sl].tolist(), ix.height[sl].tolist()))

@@ -8,5 +8,8 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "build_dataloader": "dataloader",
     "DatasetOptions": "dataset", "VLMDataset": "dataset",
     "make_loader": "loader",
+    "build_pack": "pack_build",
+    "PackWriter": "shared_pack", "PackedBatch": "shared_pack", "set_shared_packs": "shared_pack",
+    "shared_memory_available": "shared_pack",
     "open_source": "shard_source",
 })

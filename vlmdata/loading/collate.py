@@ -6,13 +6,17 @@ Pack mode (see docs/architecture.md, PackedBatch):
                               user turns, each sample's first token); the model shifts (HF convention)
     position_ids  int64 [T]   restart at 0 for every sample
     cu_seqlens    int32 [n+1] sample boundaries; max_seqlen int
-    pixel_values  uint8 [n_img, 3, S, S]              fixed policy
+    pixel_values  uint8 [n_img, 3, S, S]              fixed policy (channels_last memory format: NHWC in memory)
                   uint8 [patches, 3 * patch * patch]  dynamic policy, with image_grid int32 [n_img, 3]
                                                       (t, h, w) and vision_cu_seqlens int32 [n_img + 1]
-    image_bytes / image_sizes                         instead of pixels when decode is deferred (GPU decode),
+    image_bytes / image_sizes                         instead of pixels when decode is deferred (GPU decode):
+                                                      list of uint8 arrays (encoded files), int32 [n, 2] (w, h),
                   image_counts int32 [n]              with images per sample (one per cu_seqlens segment / row)
     sample_keys   list[str];  state dict;  stats dict (metrics.StatsDelta)
 Bucket mode: the same fields padded to [B, L] plus attention_mask, without cu_seqlens.
+
+Every field is written once, into the buffer the pack crosses to the main process in
+(`loading/shared_pack.py`: shared memory in a DataLoader worker, no further copy).
 
 A sample longer than max_tokens is cut at its tail, never inside an image:
 a cut that would split an image moves before it, and images after the cut
@@ -23,10 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
-from vlmdata.decode.patches import pack_patches
+from vlmdata.decode.patches import flatten_patches
 from vlmdata.decode.policy import DynamicPolicy, ImagePolicy
+from vlmdata.loading.shared_pack import PackedBatch, PackWriter
 from vlmdata.metrics.counts import StatsDelta
 
 IGNORE = -100
@@ -89,45 +93,72 @@ def prepare_sample(key: str, tokens: np.ndarray, images: list, sizes: list[tuple
     return PreparedSample(key, exp_ids, labels, list(images), list(sizes)), truncated
 
 
-def _images_out(parts: list[PreparedSample], cfg: CollateConfig) -> dict:
+def declare_images(out: PackWriter, parts: list[PreparedSample], cfg: CollateConfig) -> None:
     images = [im for s in parts for im in s.images]
-    sizes = [sz for s in parts for sz in s.sizes]
     if cfg.defer_decode:
-        return {"image_bytes": [bytes(im) for im in images],
-                "image_sizes": torch.tensor(sizes, dtype=torch.int32).reshape(-1, 2),
-                "image_counts": torch.tensor([len(s.images) for s in parts], dtype=torch.int32)}
+        out.add_bytes("image_bytes", [memoryview(im).nbytes for im in images])
+        out.add("image_sizes", np.int32, (len(images), 2))
+        out.add("image_counts", np.int32, (len(parts),))
+        return
     policy = cfg.policy
     if isinstance(policy, DynamicPolicy):
-        patches, grid, cu = pack_patches(images, policy.patch, policy.merge)
-        return {"pixel_values": torch.from_numpy(patches), "image_grid": torch.from_numpy(grid),
-                "vision_cu_seqlens": torch.from_numpy(cu)}
+        rows = sum((im.shape[0] // policy.patch) * (im.shape[1] // policy.patch) for im in images)
+        out.add("pixel_values", np.uint8, (rows, 3 * policy.patch * policy.patch))
+        out.add("image_grid", np.int32, (len(images), 3))
+        out.add("vision_cu_seqlens", np.int32, (len(images) + 1,))
+        return
     s = policy.size
-    pixels = np.empty((len(images), 3, s, s), np.uint8)
-    for i, im in enumerate(images):                 # HWC -> CHW, one copy per image
-        pixels[i] = im.transpose(2, 0, 1)
-    return {"pixel_values": torch.from_numpy(pixels)}
+    out.add("pixel_values", np.uint8, (len(images), s, s, 3), permute=(0, 3, 1, 2))   # channels_last
+
+
+def fill_images(arrays: dict, parts: list[PreparedSample], cfg: CollateConfig) -> None:
+    images = [im for s in parts for im in s.images]
+    if cfg.defer_decode:
+        for dst, im in zip(arrays["image_bytes"], images):
+            dst[:] = np.frombuffer(im, np.uint8)
+        arrays["image_sizes"][:] = np.asarray([sz for s in parts for sz in s.sizes], np.int32).reshape(-1, 2)
+        arrays["image_counts"][:] = [len(s.images) for s in parts]
+        return
+    policy = cfg.policy
+    if isinstance(policy, DynamicPolicy):
+        p = policy.patch
+        grid, cu, rows = arrays["image_grid"], arrays["vision_cu_seqlens"], arrays["pixel_values"]
+        cu[0] = 0
+        for i, im in enumerate(images):
+            gh, gw = im.shape[0] // p, im.shape[1] // p
+            grid[i] = (1, gh, gw)
+            cu[i + 1] = cu[i] + gh * gw
+            flatten_patches(im, p, policy.merge, out=rows[cu[i]:cu[i + 1]])
+        return
+    pixels = arrays["pixel_values"]
+    for i, im in enumerate(images):                 # HWC into NHWC: one plain copy per image
+        pixels[i] = im
 
 
 def _empty(cfg: CollateConfig) -> PreparedSample:
     return PreparedSample("", np.asarray([cfg.pad_token_id], np.int64), np.asarray([IGNORE], np.int64), [], [])
 
 
-def collate_pack(samples: list[PreparedSample], cfg: CollateConfig, stats: StatsDelta) -> dict:
+def collate_pack(samples: list[PreparedSample], cfg: CollateConfig, stats: StatsDelta) -> PackedBatch:
     """One packed sequence (see module docstring). An empty pack holds one padding token."""
     real = bool(samples)
     parts = samples if real else [_empty(cfg)]
     lengths = np.asarray([len(s.ids) for s in parts], dtype=np.int64)
     cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    position_ids = np.arange(int(cu[-1]), dtype=np.int64) - np.repeat(cu[:-1].astype(np.int64), lengths)
-    batch = {
-        "input_ids": torch.from_numpy(np.concatenate([s.ids for s in parts])),
-        "labels": torch.from_numpy(np.concatenate([s.labels for s in parts])),
-        "position_ids": torch.from_numpy(position_ids),
-        "cu_seqlens": torch.from_numpy(cu),
-        "max_seqlen": int(lengths.max()),
-        "sample_keys": [s.key for s in samples],
-    }
-    batch.update(_images_out(parts, cfg))
+    total = int(cu[-1])
+    out = PackWriter()
+    for name in ("input_ids", "labels", "position_ids"):
+        out.add(name, np.int64, (total,))
+    out.add("cu_seqlens", np.int32, (len(cu),))
+    declare_images(out, parts, cfg)
+    a = out.allocate()
+    np.concatenate([s.ids for s in parts], out=a["input_ids"])
+    np.concatenate([s.labels for s in parts], out=a["labels"])
+    np.subtract(np.arange(total, dtype=np.int64), np.repeat(cu[:-1].astype(np.int64), lengths),
+                out=a["position_ids"])
+    a["cu_seqlens"][:] = cu
+    fill_images(a, parts, cfg)
+    batch = out.finish({"max_seqlen": int(lengths.max()), "sample_keys": [s.key for s in samples]})
     stats.samples += len(samples)
     stats.images += sum(len(s.images) for s in samples)
     stats.real_tokens += int(lengths.sum()) if real else 0
@@ -136,27 +167,32 @@ def collate_pack(samples: list[PreparedSample], cfg: CollateConfig, stats: Stats
     return batch
 
 
-def collate_bucket(samples: list[PreparedSample], cfg: CollateConfig, stats: StatsDelta) -> dict:
+def collate_bucket(samples: list[PreparedSample], cfg: CollateConfig, stats: StatsDelta) -> PackedBatch:
     """Samples padded to the longest: [B, L] tensors plus attention_mask."""
     real = bool(samples)
     parts = samples if real else [_empty(cfg)]
     lengths = np.asarray([len(s.ids) for s in parts], dtype=np.int64)
     b, longest = len(parts), int(lengths.max())
-    ids = np.full((b, longest), cfg.pad_token_id, np.int64)
-    labels = np.full((b, longest), IGNORE, np.int64)
-    mask = np.zeros((b, longest), np.int64)
-    pos = np.zeros((b, longest), np.int64)
+    out = PackWriter()
+    for name in ("input_ids", "labels", "attention_mask", "position_ids"):
+        out.add(name, np.int64, (b, longest))
+    out.add("lengths", np.int32, (b,))
+    declare_images(out, parts, cfg)
+    a = out.allocate()
+    ids, labels, mask, pos = a["input_ids"], a["labels"], a["attention_mask"], a["position_ids"]
+    ids[:] = cfg.pad_token_id
+    labels[:] = IGNORE
+    mask[:] = 0
+    pos[:] = 0
     for i, s in enumerate(parts):
         n = len(s.ids)
         ids[i, :n] = s.ids
         labels[i, :n] = s.labels
         mask[i, :n] = 1 if real else 0
         pos[i, :n] = np.arange(n)
-    batch = {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels),
-             "attention_mask": torch.from_numpy(mask), "position_ids": torch.from_numpy(pos),
-             "lengths": torch.from_numpy(lengths.astype(np.int32)), "max_seqlen": longest,
-             "sample_keys": [s.key for s in samples]}
-    batch.update(_images_out(parts, cfg))
+    a["lengths"][:] = lengths
+    fill_images(a, parts, cfg)
+    batch = out.finish({"max_seqlen": longest, "sample_keys": [s.key for s in samples]})
     stats.samples += len(samples)
     stats.images += sum(len(s.images) for s in samples)
     stats.real_tokens += int(lengths.sum()) if real else 0

@@ -38,13 +38,8 @@ from vlmdata.errors import (
     ShardReadError,
     Skip,
 )
-from vlmdata.loading.collate import (
-    CollateConfig,
-    PreparedSample,
-    collate_bucket,
-    collate_pack,
-    prepare_sample,
-)
+from vlmdata.loading.collate import CollateConfig
+from vlmdata.loading.pack_build import build_pack
 from vlmdata.loading.shard_source import Source, open_source
 from vlmdata.loading.shared_position import SharedPosition
 from vlmdata.loading.text_views import check_text_views, choose_policy
@@ -461,21 +456,8 @@ class VLMDataset(IterableDataset):
             except (ValueError, OSError, KeyError, IndexError) as exc:
                 log.warning("skipping sample %d: %s", gid, exc)
                 stats.skipped[Skip.BAD_SAMPLE] += 1
-        prepared: list[PreparedSample] = []
         decoded = self._decode(records, stats)
-        for rec, images in zip(records, decoded):
-            if images is None:
-                continue
-            try:
-                sample, truncated = prepare_sample(rec.key, rec.tokens, images, rec.sizes, self.collate_config)
-            except ValueError as exc:
-                log.warning("skipping sample %s: %s", rec.key, exc)
-                stats.skipped[Skip.BAD_SAMPLE] += 1
-                continue
-            stats.truncated += int(truncated)
-            prepared.append(sample)
-        collate = collate_pack if self.plan_options.mode == "pack" else collate_bucket
-        batch = collate(prepared, self.collate_config, stats)
+        batch = build_pack(records, decoded, self.collate_config, stats, self.plan_options.mode)
         if self._fetcher is not None:                 # in-worker cache counts since the last pack
             stats.merge(take_fetch_stats(self._fetcher))
         batch["stats"] = stats.to_dict()

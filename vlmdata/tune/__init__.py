@@ -2,7 +2,10 @@
 from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "ConsumerLoad": "consumer",
+    "LoopedDataset": "looping",
     "LoaderRunner": "measure", "MeasurePlan": "measure",
+    "MemorySampler": "memory", "child_pids": "memory", "read_proc_mem": "memory",
     "TuneCache": "result_cache", "cache_key": "result_cache", "dataset_fingerprint": "result_cache",
     "default_cache_path": "result_cache", "machine_fingerprint": "result_cache",
     "total_memory": "result_cache", "usable_cpus": "result_cache",

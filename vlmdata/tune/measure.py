@@ -1,11 +1,13 @@
 """Running a real loading pipeline briefly at one setting and measuring what the consumer receives.
 
 The tuner talks to a `PipelineRunner`; `LoaderRunner` is the real one: it
-builds a `torch.utils.data.DataLoader` over a dataset with the candidate
-settings, discards the warm-up (worker start-up: each worker's first batch,
-plus `warmup_batches`), then counts images and
-tokens delivered for a fixed time, while a thread samples the workers'
-memory from /proc.
+builds a `torch.utils.data.DataLoader` over the dataset, repeated without end
+(`LoopedDataset`: a measurement never stops because the data ran out), with
+the candidate settings, while `ConsumerLoad` keeps `plan.consumer_cores` CPUs
+busy in this process as the training step would. It discards the warm-up
+(worker start-up: each worker's first batch, plus `warmup_batches`), then
+counts images and tokens delivered for a fixed time, while a thread samples
+the workers' memory from /proc.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from typing import Protocol
 import torch
 
 from vlmdata.loading.dataloader import build_dataloader
+from vlmdata.tune.consumer import ConsumerLoad
+from vlmdata.tune.looping import LoopedDataset
 from vlmdata.tune.memory import MemorySampler, read_proc_mem
 from vlmdata.tune.results import Measurement
 from vlmdata.tune.settings import LoaderSettings, ThreadTunable, apply_decode_threads
@@ -34,6 +38,7 @@ class MeasurePlan:
 
     stop_below: objective rate under which the run may end early (the
     candidate is clearly worse than the best so far); None = never.
+    consumer_cores: CPUs kept busy in the measuring process meanwhile (the training step's share).
     """
 
     objective: str = "tokens"
@@ -43,6 +48,7 @@ class MeasurePlan:
     max_batches: int = 100_000
     stop_below: float | None = None
     chunks: int = 5
+    consumer_cores: float = 0.0
 
 
 class PipelineRunner(Protocol):
@@ -93,11 +99,13 @@ class LoaderRunner:
     `build(dataset, settings, timeout_s)` makes the loader (default: a plain
     DataLoader with `settings.loader_kwargs()`); `count(batch) -> (images,
     tokens)`. `calls` counts measurements, so callers can tell whether any ran.
+    `loop`: measure over the dataset repeated without end (`LoopedDataset`).
     """
 
     def __init__(self, dataset, build: Callable | None = None,
-                 count: Callable = count_batch, timeout_s: float = 120.0):
+                 count: Callable = count_batch, timeout_s: float = 120.0, loop: bool = True):
         self.dataset = dataset
+        self.loop = loop
         self.build = build or default_build
         self.count = count
         self.timeout_s = timeout_s
@@ -117,17 +125,20 @@ class LoaderRunner:
         sampler = MemorySampler().start()
         t0 = time.perf_counter()
         it = None
+        load = ConsumerLoad(plan.consumer_cores)
+        data = LoopedDataset(self.dataset) if self.loop else self.dataset
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), load:
                 # torch warns when workers exceed its CPU guess; measuring that is the point here
                 warnings.filterwarnings("ignore", message=".*excessive worker creation.*")
-                it = iter(self.build(self.dataset, settings, self.timeout_s))
+                it = iter(self.build(data, settings, self.timeout_s))
                 _run(it, m, plan, self.count, t0)
         except (RuntimeError, OSError, ValueError) as exc:    # a worker died, a bad setting: keep tuning
             m.error = f"{type(exc).__name__}: {exc}"[:300]
             log.warning("tune: %s failed: %s", settings.label(), m.error)
         finally:
             peaks = sampler.stop()
+            m.consumer_cores = load.achieved_cores
             del it                       # shuts the workers down
             m.wall_s = time.perf_counter() - t0
             if settings.num_workers == 0 and previous_threads is not None:

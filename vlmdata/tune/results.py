@@ -25,6 +25,7 @@ class Measurement:
     worker_rss: list[int] = field(default_factory=list)
     worker_uss: list[int] = field(default_factory=list)      # peak private memory per worker, bytes
     main_growth: int = 0                # consumer PSS growth during the run, bytes
+    consumer_cores: float = 0.0         # CPUs the consumer load really kept busy meanwhile
     phase: str = ""
     note: str = ""
     error: str | None = None
@@ -123,15 +124,19 @@ class TuneResult:
     memory_budget: int
     elapsed_s: float
     from_cache: bool = False
+    confidence: str = ""                # how sure the choice is (see search.AdaptiveSearch.confidence)
+    consumer_cores: float = 0.0         # the consumer load it was measured with
 
     def to_dict(self) -> dict:
         return {"settings": self.settings.to_dict(), "reason": self.reason, "objective": self.objective,
                 "measurements": [m.to_dict() for m in self.measurements], "cpu_count": self.cpu_count,
-                "memory_budget": self.memory_budget, "elapsed_s": self.elapsed_s}
+                "memory_budget": self.memory_budget, "elapsed_s": self.elapsed_s, "confidence": self.confidence,
+                "consumer_cores": self.consumer_cores}
 
     @classmethod
     def from_dict(cls, d: dict, from_cache: bool = False) -> TuneResult:
         return cls(settings=LoaderSettings.from_dict(d["settings"]), reason=d["reason"],
                    objective=d["objective"], measurements=[Measurement.from_dict(m) for m in d["measurements"]],
                    cpu_count=d["cpu_count"], memory_budget=d["memory_budget"], elapsed_s=d["elapsed_s"],
-                   from_cache=from_cache)
+                   from_cache=from_cache, confidence=d.get("confidence", ""),
+                   consumer_cores=d.get("consumer_cores", 0.0))

@@ -19,6 +19,13 @@ Order of the search (each step measures real runs through the runner):
    orders by total threads, then workers, then prefetch. 0 workers (loading
    in the training process, which serialises data with compute) is chosen
    only when clearly faster (by min_gain and twice the noise) than that pick.
+   More workers than CPUs are considered only when one of them measured
+   clearly faster (by min_gain and twice the noise) than the best setting
+   within the CPU count: every run has the consumer load running
+   (`TuneConfig.consumer_cores`), so such a gain is one training would see.
+
+`confidence()` says how sure the choice is: the pick's measured noise, and how
+far the best other worker count is from it in units of their combined noise.
 
 Candidates are never chosen when their measured memory exceeds the budget;
 counts predicted (from per-worker memory measured so far) to exceed it by
@@ -172,7 +179,8 @@ class AdaptiveSearch:
         plan = MeasurePlan(objective=self.objective, warmup_batches=self.cfg.warmup_batches,
                            measure_s=self.cfg.measure_s * (1.0 if full else self.cfg.screen_fraction),
                            min_batches=self.cfg.min_batches,
-                           max_batches=self.cfg.max_batches, stop_below=stop_below)
+                           max_batches=self.cfg.max_batches, stop_below=stop_below,
+                           consumer_cores=self.cfg.consumer_cores)
         m = self.runner.measure(settings, plan)
         m.phase = phase
         if m.error is None and m.memory_bytes > self.memory_budget:
@@ -199,7 +207,7 @@ class AdaptiveSearch:
     def choose(self, pool: list[Candidate] | None = None) -> Candidate | None:
         """The cheapest eligible candidate within tolerance of the best rate."""
         pool = [c for c in (pool if pool is not None else self.candidates.values()) if self.eligible(c)]
-        with_workers = [c for c in pool if c.settings.num_workers > 0]
+        with_workers = self._within_cpus([c for c in pool if c.settings.num_workers > 0])
         if not with_workers:
             return min(pool, key=lambda c: -c.rate(self.objective)) if pool else None
         best = max(with_workers, key=lambda c: c.rate(self.objective))
@@ -210,6 +218,42 @@ class AdaptiveSearch:
         inline = [c for c in pool if c.settings.num_workers == 0 and self.clearly_better(c, pick)]
         return inline[0] if inline else pick
 
+    def _within_cpus(self, cands: list[Candidate]) -> list[Candidate]:
+        """`cands` without those over the CPU count, unless one of those is clearly faster than all within."""
+        cpus = self.space.cpu_count
+        within = [c for c in cands if c.settings.num_workers <= cpus]
+        over = [c for c in cands if c.settings.num_workers > cpus]
+        if not within or not over:
+            return cands
+        best_within = max(within, key=lambda c: c.rate(self.objective))
+        if any(self.clearly_better(c, best_within) for c in over):
+            return cands
+        return within
+
+    def confidence(self, chosen: Candidate | None) -> str:
+        """How sure the choice is, in one line: the pick's noise and its distance to the nearest rival."""
+        if chosen is None:
+            return "no choice"
+        obj = self.objective
+        r = chosen.rate(obj)
+        noise = chosen.rel_noise(obj)
+        runs = len(chosen.ok_runs())
+        others = [c for c in self.candidates.values() if self.eligible(c)
+                  and c.settings.num_workers != chosen.settings.num_workers]
+        head = f"{chosen.settings.label()}: {r:.1f} {obj}/s +- {noise:.1%} ({runs} run{'s' * (runs != 1)})"
+        if not others or r <= 0:
+            return head + "; no other worker count measured"
+        rival = max(others, key=lambda c: c.rate(obj))
+        diff = rival.rate(obj) / r - 1
+        sigma = math.hypot(noise, rival.rel_noise(obj)) or 1e-9
+        k = abs(diff) / sigma
+        if diff > 0:
+            verdict = (f"within noise ({k:.1f} sigma): the cheaper setting was taken" if k < 2 or diff < self.cfg.min_gain
+                       else f"faster by {k:.1f} sigma but not chosen (memory, CPU count or cost rule)")
+        else:
+            verdict = "clearly better" if k >= 2 and -diff >= self.cfg.min_gain else f"ahead by {k:.1f} sigma only"
+        return f"{head}; best other worker count {rival.settings.label()} at {diff:+.1%}: {verdict}"
+
     # -- phases ----------------------------------------------------------------------------------
     def base(self, workers: int) -> LoaderSettings:
         return LoaderSettings(workers, 2 if workers else None, 1, self.space.pin[0])
@@ -218,6 +262,10 @@ class AdaptiveSearch:
         best: Candidate | None = None
         extended = False
         for w in self.space.worker_ladder():
+            if w > self.space.cpu_count and self._flat_at_cpus():
+                self.notes.append(f"{w} workers not tried: {self.space.cpu_count} gained nothing over fewer "
+                                  "(more workers than CPUs could only add contention)")
+                return
             c = self.measure(self.base(w), "workers", early=False)
             if c.failed:
                 self.notes.append(f"{w} workers {c.runs[-1].error}: stopped growing")
@@ -235,6 +283,19 @@ class AdaptiveSearch:
                 extended = True          # inconclusive (noisy): one more step before giving up
             if w >= 1 and (best is None or r > best.rate(self.objective)):
                 best = c
+
+    def _flat_at_cpus(self) -> bool:
+        """True when `cpu_count` workers measured no faster than fewer (within min_gain, with little noise):
+        more workers than CPUs could then only add contention."""
+        top = self.candidates.get(self.base(self.space.cpu_count))
+        fewer = [c for s, c in self.candidates.items()
+                 if s == self.base(s.num_workers) and 1 <= s.num_workers < self.space.cpu_count and not c.failed]
+        if top is None or top.failed or not fewer:
+            return False
+        best = max(fewer, key=lambda c: c.rate(self.objective))
+        obj = self.objective
+        return (top.rate(obj) <= best.rate(obj) * (1 + self.cfg.min_gain)
+                and top.rel_noise(obj) < self.cfg.min_gain / 2 and best.rel_noise(obj) < self.cfg.min_gain / 2)
 
     def refine_workers(self) -> None:
         while True:
@@ -332,6 +393,10 @@ class AdaptiveSearch:
         else:
             parts.append(f"within {self.tolerance(best):.1%} of the best ({best.rate(obj):.1f} at "
                          f"{best.settings.label()}) and cheaper")
+        over = [c for c in pool if c.settings.num_workers > self.space.cpu_count]
+        if over and chosen.settings.num_workers <= self.space.cpu_count:
+            parts.append(f"more workers than the {self.space.cpu_count} CPUs not chosen: not clearly faster with "
+                         f"the consumer load ({self.cfg.consumer_cores:g} CPU) running")
         inline = [c for c in pool if c.settings.num_workers == 0 and c is not chosen]
         if inline and inline[0].rate(obj) > chosen.rate(obj):
             parts.append(f"0 workers measured {inline[0].rate(obj):.1f} but not clearly faster (> "
@@ -346,7 +411,8 @@ class AdaptiveSearch:
             parts.append(f"{predicted} not run (predicted over the memory budget)")
         if failed:
             parts.append(f"{failed} failed")
-        parts.append(f"{len(self.measurements)} runs on {self.space.cpu_count} CPUs")
+        parts.append(f"{len(self.measurements)} runs on {self.space.cpu_count} CPUs with a consumer load of "
+                     f"{self.cfg.consumer_cores:g} CPU")
         return "; ".join(parts + self.notes)
 
 

@@ -125,6 +125,9 @@ class TuneConfig:
     cpu_count: CPUs this loader may use (None: detected, divided by local ranks).
     objective: "tokens", "images" or "batches" per second (None: tokens if counted, else images).
     max_prefetch: largest prefetch depth tried.
+    consumer_cores: CPUs the training step keeps busy, emulated in the measuring process during every
+        measurement (`tune.consumer.ConsumerLoad`); 0 measures the loader alone. More workers than
+        CPUs are chosen only when they measured clearly faster with this load running.
     """
 
     warmup_batches: int = 2
@@ -140,3 +143,4 @@ class TuneConfig:
     objective: str | None = None
     max_prefetch: int = 8
     tune_pin_memory: bool | None = None   # None: only when CUDA is available
+    consumer_cores: float = 1.0

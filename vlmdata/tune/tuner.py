@@ -64,9 +64,11 @@ def tune(dataset=None, *, runner: PipelineRunner | None = None, budget: TuneBudg
     if chosen is None:
         raise RuntimeError(f"auto-tuning found no usable loader setting: {reason}; "
                            "raise the memory budget or set num_workers explicitly")
-    return TuneResult(settings=chosen.settings, reason=reason, objective=search.objective,
-                      measurements=search.measurements, cpu_count=cpus, memory_budget=memory,
-                      elapsed_s=time.perf_counter() - t0)
+    confidence = search.confidence(chosen)
+    return TuneResult(settings=chosen.settings, reason=f"{reason}; confidence: {confidence}",
+                      objective=search.objective, measurements=search.measurements, cpu_count=cpus,
+                      memory_budget=memory, elapsed_s=time.perf_counter() - t0, confidence=confidence,
+                      consumer_cores=cfg.consumer_cores)
 
 
 def tune_cached(dataset, *, budget: TuneBudget | None = None, config: TuneConfig | None = None,
@@ -80,7 +82,7 @@ def tune_cached(dataset, *, budget: TuneBudget | None = None, config: TuneConfig
     machine = machine_fingerprint(cpus)
     data_fp = dataset_fingerprint(dataset)
     extra = {"memory_budget": memory, "objective": cfg.objective, "max_prefetch": cfg.max_prefetch,
-             "tune_pin_memory": cfg.tune_pin_memory}
+             "tune_pin_memory": cfg.tune_pin_memory, "consumer_cores": cfg.consumer_cores}
     key = cache_key(machine, data_fp, extra)
     cache = TuneCache(cache_path)
     with cache.locked():
@@ -108,26 +110,30 @@ def format_table(result: TuneResult) -> str:
     """The measured runs as a text table, then the choice and its reason."""
     obj = result.objective
     head = (f"{'#':>3} {'phase':<8} {'workers':>7} {'prefetch':>8} {'threads':>7} {'pin':>3} "
-            f"{'images/s':>9} {'tokens/s':>10} {'noise':>6} {'mem MiB':>8} {'max w MiB':>9} {'run s':>6}  note")
+            f"{'images/s':>9} {'tokens/s':>10} {'noise':>6} {'mem MiB':>8} {'max w MiB':>9} {'cons':>5} "
+            f"{'run s':>6}  note")
     lines = [head, "-" * len(head)]
     for i, m in enumerate(result.measurements, 1):
         s = m.settings
         pf = "-" if s.prefetch_factor is None else str(s.prefetch_factor)
         if m.error is not None:
             lines.append(f"{i:>3} {m.phase:<8} {s.num_workers:>7} {pf:>8} {s.decode_threads:>7} "
-                         f"{int(s.pin_memory):>3} {'':>9} {'':>10} {'':>6} {'':>8} {'':>9} {m.wall_s:>6.1f}  {m.error}")
+                         f"{int(s.pin_memory):>3} {'':>9} {'':>10} {'':>6} {'':>8} {'':>9} {'':>5} "
+                         f"{m.wall_s:>6.1f}  {m.error}")
             continue
         note = "; ".join(x for x in (m.note, "stopped early (clearly slower)" if m.stopped_early else "") if x)
         mark = " <" if s == result.settings and m is _last_run(result.measurements, s) else ""
         lines.append(f"{i:>3} {m.phase:<8} {s.num_workers:>7} {pf:>8} {s.decode_threads:>7} {int(s.pin_memory):>3} "
                      f"{m.images_per_s:>9.1f} {m.tokens_per_s:>10.0f} {m.rel_noise(obj):>6.1%} "
                      f"{m.memory_bytes / 2**20:>8.0f} {max(m.worker_pss, default=0) / 2**20:>9.0f} "
-                     f"{m.wall_s:>6.1f}  {note}{mark}")
+                     f"{m.consumer_cores:>5.2f} {m.wall_s:>6.1f}  {note}{mark}")
     lines.append("")
     src = " (from cache)" if result.from_cache else ""
     lines.append(f"choice{src}: {result.settings.label()}  [objective {obj}/s, {result.cpu_count} CPUs, "
                  f"memory budget {result.memory_budget / 2**20:.0f} MiB, search {result.elapsed_s:.1f}s]")
     lines.append(f"reason: {result.reason}")
+    lines.append(f"(noise: relative standard error of a run's rate over 5 time slices; cons: CPUs the consumer "
+                 f"load got, of {result.consumer_cores:g} asked)")
     return "\n".join(lines)
 
 
