@@ -34,6 +34,24 @@ def test_orientation_in_every_container():
     assert read_orientation(b"not an image") == 1
 
 
+@pytest.mark.parametrize("name", sorted(zoo()))
+def test_any_buffer_reads_as_bytes(name):
+    """Decoders hand over numpy arrays and memoryviews: segment lengths over 255 must not wrap in uint8."""
+    data = zoo()[name]
+    want = read_orientation(data)
+    assert read_orientation(np.frombuffer(data, np.uint8)) == want
+    assert read_orientation(memoryview(data)) == want
+    assert read_orientation(bytearray(data)) == want
+
+
+def test_long_segment_before_exif_in_a_numpy_buffer():
+    rgb = Image.fromarray(picture())
+    data = save(rgb, "JPEG", exif=exif_bytes(6))
+    comment = b"\xff\xfe" + (2 + 600).to_bytes(2, "big") + b"c" * 600         # a 602-byte COM segment first
+    data = data[:2] + comment + data[2:]
+    assert read_orientation(np.frombuffer(data, np.uint8)) == 6
+
+
 @pytest.mark.parametrize("orientation", range(1, 9))
 def test_apply_orientation_is_pillows_transpose(orientation):
     arr = picture()

@@ -82,6 +82,7 @@ def apply_orientation(arr: np.ndarray, orientation: int) -> np.ndarray:
 
 def read_orientation(data) -> int:
     """The EXIF orientation of encoded image bytes, as Pillow's `getexif()` reads it (1 when absent)."""
+    data = memoryview(data).cast("B")       # indexing gives Python ints for any buffer (numpy uint8 would wrap)
     head = bytes(data[:12])
     try:
         if head[:3] == b"\xff\xd8\xff":

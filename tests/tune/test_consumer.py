@@ -22,7 +22,7 @@ def test_half_a_core_is_busy_and_python_still_runs():
         while time.perf_counter() < end:        # the main thread keeps running Python meanwhile
             n += 1
     assert n > 10_000
-    assert 0.05 < load.achieved_cores <= 0.75      # busy for its share of each period, idle the rest
+    assert 0.2 < load.achieved_cores <= 0.75       # its share of each period even while Python runs, idle the rest
     assert not [t for t in threading.enumerate() if t.name.startswith("vlmdata-consumer")]
 
 

@@ -5,8 +5,11 @@ host-to-device copies, a GPU decode stage's feeding), so a loader setting measur
 machine over-counts the CPU its workers will get: on a 2-CPU machine 3 workers look best when
 nothing else runs, and starve the step in training. `ConsumerLoad(cores)` keeps `cores` CPUs'
 worth busy in the measuring process for the duration of a measurement: each thread hashes a
-buffer (hashlib releases the GIL, so the main thread still receives packs) for its share of
-every 20 ms period and sleeps the rest. `cores=0` measures the loader alone.
+buffer for its share of every 20 ms period and sleeps the rest. The share is one hashlib call
+(sized from a one-off calibration), which runs without the GIL: a thread that went back for the
+GIL every 100 us would get almost none of its share while the main thread runs Python (a
+loader with 0 workers), since each hand-over waits out the interpreter's 5 ms switch interval.
+`cores=0` measures the loader alone.
 """
 from __future__ import annotations
 
@@ -18,7 +21,21 @@ import time
 __all__ = ["ConsumerLoad"]
 
 PERIOD_S = 0.02
-_BLOCK = bytes(1 << 16)          # ~50-100 us of hashing per call, the GIL released meanwhile
+_CALIBRATION_BYTES = 1 << 22
+_hash_rate: float | None = None        # bytes hashed per CPU second on this machine
+
+
+def hash_rate() -> float:
+    """SHA-1 bytes per second of one core, measured once per process (best of three)."""
+    global _hash_rate
+    if _hash_rate is None:
+        block, best = bytes(_CALIBRATION_BYTES), float("inf")
+        for _ in range(3):
+            t0 = time.thread_time()
+            hashlib.sha1(block).digest()
+            best = min(best, time.thread_time() - t0)
+        _hash_rate = _CALIBRATION_BYTES / max(best, 1e-6)
+    return _hash_rate
 
 
 class ConsumerLoad:
@@ -35,12 +52,11 @@ class ConsumerLoad:
         self.elapsed_s = 0.0
 
     def _spin(self, duty: float, slot: int) -> None:
+        share = memoryview(bytes(max(1, int(duty * PERIOD_S * hash_rate()))))
         t0 = time.thread_time()
         while not self._stop.is_set():
             start = time.perf_counter()
-            busy_until = start + duty * PERIOD_S
-            while time.perf_counter() < busy_until:
-                hashlib.sha1(_BLOCK).digest()
+            hashlib.sha1(share).digest()                # one GIL-free call: this period's share
             rest = start + PERIOD_S - time.perf_counter()
             if rest > 0:
                 self._stop.wait(rest)
