@@ -1,7 +1,8 @@
-"""Reading one dataset: its manifest and planning columns up front, shard indices ahead of use.
+"""Reading one dataset: its manifest and planning columns, shard indices ahead of use.
 
-`open_source(root)` does two reads (manifest.json, planning.npz) and is all the
-planner needs. Per-shard `SampleIndex` files are loaded in background threads
+`open_source(root)` reads manifest.json and opens planning.npz for windowed
+reads (`formats.planning.PlanningColumns`: memory-mapped or range-read, never
+loaded whole); that is all the planner needs. Per-shard `SampleIndex` files are loaded in background threads
 a window ahead of use (`Source.prefetch_indices`, called by the dataset when a
 worker enters a window, for that window and the next), kept only while wanted
 (`Source.retain_indices`), and loaded on the spot if a read comes first
@@ -22,7 +23,6 @@ size/CRC in the manifest and would take cache space meant for shards.
 from __future__ import annotations
 
 import gzip
-import io
 import os
 import zlib
 from collections.abc import Callable, Iterable
@@ -35,10 +35,10 @@ from vlmdata import fsutil
 from vlmdata.cache.fetch import ShardRef
 from vlmdata.errors import ShardReadError
 from vlmdata.formats.manifest import PLANNING_NAME, Manifest
+from vlmdata.formats.planning import PlanningColumns
 from vlmdata.formats.sample import SampleRecord, TextDecoder, read_sample, text_decoder_for
 from vlmdata.formats.sample_index import SampleIndex
 
-PLANNING_KEYS = ("shard", "local", "text_tokens", "n_images", "image_start", "width", "height")
 INDEX_THREADS = 16          # concurrent index reads per process (small files, latency-bound)
 
 
@@ -48,7 +48,7 @@ class Source:
 
     root: str
     manifest: Manifest
-    columns: dict[str, np.ndarray]
+    planning: PlanningColumns
     storage_options: dict = field(default_factory=dict)
     _indices: dict[int, SampleIndex] = field(default_factory=dict, repr=False)
     _pending: dict[int, Future] = field(default_factory=dict, repr=False)
@@ -66,7 +66,7 @@ class Source:
 
     @property
     def num_samples(self) -> int:
-        return len(self.columns["shard"])
+        return self.planning.num_samples
 
     def shard_sizes(self) -> np.ndarray:
         return np.asarray([s.samples for s in self.manifest.shards], dtype=np.int64)
@@ -150,16 +150,6 @@ class Source:
         return state
 
 
-def load_planning(root: str, storage_options: dict | None = None) -> dict[str, np.ndarray]:
-    """planning.npz as a dict of arrays (one read)."""
-    raw = fsutil.read_bytes(fsutil.join(root, PLANNING_NAME), storage_options)
-    with np.load(io.BytesIO(raw), allow_pickle=False) as z:
-        missing = [k for k in PLANNING_KEYS if k not in z.files]
-        if missing:
-            raise ValueError(f"{PLANNING_NAME} in {root} lacks columns {missing}: re-run `vlmdata index`")
-        return {k: z[k] for k in PLANNING_KEYS}
-
-
 def open_source(root: str, storage_options: dict | None = None) -> Source:
     """Open a dataset directory (local path or fsspec URL)."""
     so = dict(storage_options or {})
@@ -167,11 +157,10 @@ def open_source(root: str, storage_options: dict | None = None) -> Source:
     manifest = Manifest.load(root, so)
     if manifest.kind not in ("webdataset", "memmap"):
         raise ValueError(f"{root}: unknown dataset kind {manifest.kind!r} (expected 'webdataset' or 'memmap')")
+    sizes = np.asarray([s.samples for s in manifest.shards], dtype=np.int64)
+    images = np.asarray([s.images for s in manifest.shards], dtype=np.int64)
     try:
-        columns = load_planning(root, so)
+        planning = PlanningColumns(fsutil.join(root, PLANNING_NAME), sizes, images, so)
     except FileNotFoundError:
         raise FileNotFoundError(f"no {PLANNING_NAME} in {root}: run `vlmdata index {root}` first") from None
-    sizes = np.asarray([s.samples for s in manifest.shards], dtype=np.int64)
-    if int(sizes.sum()) != len(columns["shard"]):
-        raise ValueError(f"{root}: {PLANNING_NAME} has {len(columns['shard'])} samples, manifest {int(sizes.sum())}")
-    return Source(root=root, manifest=manifest, columns=columns, storage_options=so)
+    return Source(root=root, manifest=manifest, planning=planning, storage_options=so)

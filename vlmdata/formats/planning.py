@@ -1,0 +1,250 @@
+"""planning.npz: the planning columns of a whole dataset, written shard by shard and read a window at a time.
+
+The file is what `np.savez` writes, an uncompressed zip of `.npy` members, so
+`np.load` still reads a small one whole. Members, all in shard order:
+
+    text_tokens  i4  per sample: text tokens, image placeholders excluded
+    n_images     i2  per sample
+    width        i4  per image (sample-major): original pixels, from the image header
+    height       i4  per image
+    shard        i4  per sample: its shard            } derivable from the manifest's shard sizes;
+    local        i4  per sample: its row in the shard } written for tools that load the file whole,
+    image_start  i8  per sample: its first image row  } never read by the planner (optional)
+
+At 10^9 samples the file holds tens of GB, so neither side ever holds it whole:
+
+* `PlanningWriter` streams each column to a temporary file as shards are
+  added (one shard's columns in memory at a time), then copies them into
+  the zip member by member.
+* `PlanningColumns` finds each member's data offset from the zip's central
+  directory and the `.npy` header, then memory-maps it (local files: only
+  the pages a window touches are read, and they are shared by every
+  process on the machine through the page cache) or reads byte ranges
+  (object stores: one ranged GET per shard and column). A shard's samples
+  and images are contiguous, located by the manifest's per-shard counts.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import tempfile
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from vlmdata import fsutil
+
+__all__ = ["PLANNING_COLUMNS", "PlanningColumns", "PlanningWriter"]
+
+SAMPLE_COLUMNS = {"text_tokens": np.dtype("<i4"), "n_images": np.dtype("<i2")}
+IMAGE_COLUMNS = {"width": np.dtype("<i4"), "height": np.dtype("<i4")}
+DERIVED_COLUMNS = {"shard": np.dtype("<i4"), "local": np.dtype("<i4"), "image_start": np.dtype("<i8")}
+PLANNING_COLUMNS = (*SAMPLE_COLUMNS, *IMAGE_COLUMNS)        # what planning reads
+COPY_CHUNK = 16 << 20
+REMOTE_THREADS = 8
+_LOCAL_HEADER = struct.Struct("<4s22xHH")                  # signature, ..., name length, extra length
+
+
+class PlanningWriter:
+    """Streams planning.npz shard by shard; `commit()` publishes it atomically (uploads it whole if remote).
+
+    `derived=False` leaves out the derivable shard/local/image_start members
+    (the planner does not need them; they add 16 bytes per sample).
+    """
+
+    def __init__(self, url: str, storage_options: dict | None = None, fsync: bool = True, derived: bool = True):
+        self.url = url
+        self.storage_options = storage_options or {}
+        self.fsync = fsync
+        self.dtypes = {**SAMPLE_COLUMNS, **IMAGE_COLUMNS, **(DERIVED_COLUMNS if derived else {})}
+        self._dir = tempfile.mkdtemp(prefix="vlmdata-planning-")
+        self._files = {name: open(os.path.join(self._dir, name), "wb") for name in self.dtypes}
+        self.shards = 0
+        self.samples = 0
+        self.images = 0
+
+    def add_shard(self, text_tokens: np.ndarray, n_images: np.ndarray, width: np.ndarray, height: np.ndarray) -> None:
+        """Append one shard's columns (per sample: text_tokens, n_images; per image: width, height)."""
+        n, m = len(text_tokens), len(width)
+        if len(n_images) != n or len(height) != m or int(np.sum(n_images, dtype=np.int64)) != m:
+            raise ValueError(f"shard {self.shards}: {n} samples with {int(np.sum(n_images))} images, "
+                             f"but {m} widths and {len(height)} heights")
+        cols = {"text_tokens": text_tokens, "n_images": n_images, "width": width, "height": height}
+        if "shard" in self.dtypes:
+            n_img = np.asarray(n_images, dtype=np.int64)
+            cols["shard"] = np.full(n, self.shards)
+            cols["local"] = np.arange(n)
+            cols["image_start"] = self.images + np.cumsum(n_img) - n_img
+        for name, values in cols.items():
+            self._files[name].write(np.ascontiguousarray(values, dtype=self.dtypes[name]).tobytes())
+        self.shards += 1
+        self.samples += n
+        self.images += m
+
+    def add_index(self, index) -> None:
+        """Append a shard's columns from its SampleIndex."""
+        self.add_shard(index.text_tokens, index.n_images, index.width, index.height)
+
+    def commit(self) -> None:
+        """Write the zip (members in a fixed order) and publish it under the final name."""
+        try:
+            for f in self._files.values():
+                f.close()
+            with fsutil.AtomicLocalFile(self.url, self.storage_options, self.fsync) as out, \
+                    zipfile.ZipFile(out.file, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+                for name, dtype in self.dtypes.items():
+                    n = self.samples if name not in IMAGE_COLUMNS else self.images
+                    with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (n,)}
+                        np.lib.format.write_array_header_1_0(member, header)
+                        with open(os.path.join(self._dir, name), "rb") as src:
+                            shutil.copyfileobj(src, member, COPY_CHUNK)
+        finally:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def abort(self) -> None:
+        """Drop everything written so far."""
+        for f in self._files.values():
+            f.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _Member:
+    offset: int          # of the array data in the file
+    dtype: np.dtype
+    length: int
+    stored: bool         # False: a compressed member (an old or foreign file), read whole once
+
+
+def _read_members(f) -> dict[str, _Member]:
+    """Locate every .npy member's array data (zip central directory, local headers, .npy headers)."""
+    members = {}
+    with zipfile.ZipFile(f) as zf:
+        infos = zf.infolist()
+    for info in infos:
+        name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+        if info.compress_type != zipfile.ZIP_STORED:
+            members[name] = _Member(-1, np.dtype("u1"), -1, stored=False)
+            continue
+        f.seek(info.header_offset)
+        sig, name_len, extra_len = _LOCAL_HEADER.unpack(f.read(_LOCAL_HEADER.size))
+        if sig != b"PK\x03\x04":
+            raise ValueError(f"planning file: bad local header for member {info.filename}")
+        start = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
+        f.seek(start)
+        version = np.lib.format.read_magic(f)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(f)
+        if len(shape) != 1 or fortran:
+            raise ValueError(f"planning file: member {info.filename} is not a flat array (shape {shape})")
+        members[name] = _Member(f.tell(), dtype, int(shape[0]), stored=True)
+    return members
+
+
+class PlanningColumns:
+    """A dataset's planning.npz, read a few shards at a time (see the module docstring).
+
+    `shard_samples` and `shard_images` are the manifest's per-shard counts.
+    Picklable: the memory maps are dropped and re-made in the receiving process.
+    """
+
+    def __init__(self, url: str, shard_samples: np.ndarray, shard_images: np.ndarray,
+                 storage_options: dict | None = None):
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        self.shard_samples = np.asarray(shard_samples, dtype=np.int64)
+        self.shard_images = np.asarray(shard_images, dtype=np.int64)
+        self.sample_start = np.concatenate([[0], np.cumsum(self.shard_samples)]).astype(np.int64)
+        self.image_start = np.concatenate([[0], np.cumsum(self.shard_images)]).astype(np.int64)
+        with fsutil.open_url(url, "rb", self.storage_options) as f:
+            self.members = _read_members(f)
+        missing = [c for c in PLANNING_COLUMNS if c not in self.members]
+        if missing:
+            raise ValueError(f"{url} lacks columns {missing}: re-run `vlmdata index` on the dataset")
+        for name in PLANNING_COLUMNS:
+            expected = int(self.sample_start[-1] if name in SAMPLE_COLUMNS else self.image_start[-1])
+            got = self.members[name].length
+            if self.members[name].stored and got != expected:
+                kind = "samples" if name in SAMPLE_COLUMNS else "images"
+                raise ValueError(f"{url}: column {name} has {got} rows but the manifest counts {expected} {kind}; "
+                                 "the planning file belongs to another version of the dataset")
+        self._maps: dict[str, np.ndarray] = {}
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.sample_start[-1])
+
+    @property
+    def num_images(self) -> int:
+        return int(self.image_start[-1])
+
+    def _column(self, name: str) -> np.ndarray | None:
+        """The whole column as a memory map (local file) or loaded (compressed member); None: ranged reads."""
+        col = self._maps.get(name)
+        if col is None:
+            m = self.members[name]
+            if not m.stored:
+                with fsutil.open_url(self.url, "rb", self.storage_options) as f, np.load(f) as z:
+                    col = z[name]
+            elif fsutil.is_local(self.url):
+                col = np.memmap(fsutil.local_path(self.url), dtype=m.dtype, mode="r", offset=m.offset, shape=(m.length,))
+            else:
+                return None
+            self._maps[name] = col
+        return col
+
+    def _ranges(self, name: str, ranges: list[tuple[int, int]]) -> list[np.ndarray]:
+        col = self._column(name)
+        if col is not None:
+            return [np.asarray(col[a:b]) for a, b in ranges]
+        m = self.members[name]
+        size = m.dtype.itemsize
+
+        def read(r: tuple[int, int]) -> np.ndarray:
+            a, b = r
+            if a == b:
+                return np.zeros(0, m.dtype)
+            raw = fsutil.read_range(self.url, m.offset + a * size, m.offset + b * size, self.storage_options)
+            return np.frombuffer(raw, dtype=m.dtype)
+
+        if len(ranges) <= 1:
+            return [read(r) for r in ranges]
+        with ThreadPoolExecutor(min(REMOTE_THREADS, len(ranges))) as pool:
+            return list(pool.map(read, ranges))
+
+    def read_shards(self, shards) -> dict[str, np.ndarray]:
+        """The planning columns of these shards' samples, shard after shard in the given order.
+
+        Returns text_tokens (i4), n_images (i2), width, height (i4) and
+        image_start (i8, into the returned width/height).
+        """
+        shards = np.asarray(shards, dtype=np.int64)
+        s_ranges = [(int(self.sample_start[s]), int(self.sample_start[s + 1])) for s in shards.tolist()]
+        i_ranges = [(int(self.image_start[s]), int(self.image_start[s + 1])) for s in shards.tolist()]
+        parts = {name: self._ranges(name, s_ranges) for name in SAMPLE_COLUMNS}
+        parts.update({name: self._ranges(name, i_ranges) for name in IMAGE_COLUMNS})
+        for s, n_img, (a, b) in zip(shards.tolist(), parts["n_images"], i_ranges):
+            if int(n_img.sum(dtype=np.int64)) != b - a:
+                raise ValueError(f"{self.url}: shard {s} holds {int(n_img.sum())} images by its n_images column but "
+                                 f"{b - a} by the manifest; the planning file belongs to another version of the dataset")
+        out = {name: (np.concatenate(p) if p else np.zeros(0, dt))
+               for name, dt, p in [(n, d, parts[n]) for n, d in {**SAMPLE_COLUMNS, **IMAGE_COLUMNS}.items()]}
+        n_img = out["n_images"].astype(np.int64)
+        out["image_start"] = np.cumsum(n_img) - n_img
+        return out
+
+    def load(self) -> dict[str, np.ndarray]:
+        """Every planning column whole (small datasets, inspection); the derived ones computed if absent."""
+        cols = self.read_shards(np.arange(len(self.shard_samples)))
+        cols["shard"] = np.repeat(np.arange(len(self.shard_samples), dtype=np.int32), self.shard_samples)
+        cols["local"] = (np.arange(self.num_samples) - np.repeat(self.sample_start[:-1], self.shard_samples)).astype(np.int32)
+        return cols
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_maps"] = {}
+        return state
