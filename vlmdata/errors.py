@@ -112,6 +112,7 @@ class Skip:
     BAD_IMAGE_REF = "bad_image_ref"
     MARKER_MISMATCH = "marker_mismatch"        # <image> markers != number of images
     DUPLICATE_KEY = "duplicate_key"
+    DUPLICATE_IN_DATASET = "duplicate_in_dataset"   # the key is in a --dedup-against dataset
     # images (vlmdata shard / vlmdata index)
     EMPTY_FILE = "empty_file"
     NOT_AN_IMAGE = "not_an_image"

@@ -39,6 +39,9 @@ def register(subparsers) -> None:
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync local files before renaming them (faster; a killed run still leaves no "
                         "torn file, a power loss may)")
+    p.add_argument("--dedup-against", nargs="+", action="extend", default=[], metavar="DATASET",
+                   help="skip rows whose key is already in these datasets (their keys.lmdb), counted as "
+                        "duplicate_in_dataset")
     p.add_argument("--progress-interval", type=float, default=0.2,
                    help="seconds between a running job's progress reports to the bar (terminal only)")
     p.set_defaults(func=run)
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
                       resume=args.resume, tokenizer=args.tokenizer, resize_max_side=args.resize_max_side,
                       quality=args.quality, max_image_pixels=args.max_image_pixels,
                       columns=ColumnSpec(image=args.image_column, text=args.text_column, id=args.id_column),
-                      storage_options=storage_options, fsync=not args.no_fsync)
+                      storage_options=storage_options, fsync=not args.no_fsync, dedup_against=args.dedup_against)
     interval = max(0.0, args.progress_interval)
     manifest, dt = run_with_progress(lambda update: shard_dataset(cfg, progress=update, progress_interval=interval))
     if manifest is None:

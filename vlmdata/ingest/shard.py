@@ -1,40 +1,43 @@
 """`shard_dataset(ShardConfig) -> Manifest`: raw inputs to indexed shards, resumable.
 
-Flow: the inputs are read as one row stream (bounded memory); each row gets
-its source id and a duplicate flag (first occurrence of a key in the run
-wins; later ones are skipped as "duplicate_key", see KeySet); the stream is
-cut into jobs of `max_samples_per_shard` rows; an engine runs the jobs with
-a bounded number in flight; finally the per-job stats are merged into
-`manifest.json` and the planning columns into `planning.npz`.
+Flow: the inputs are read as one row stream (bounded memory); the stream is
+cut into jobs of `max_samples_per_shard` rows, and each job's rows get their
+source ids and duplicate flags (first occurrence of a key in the run wins;
+later ones are skipped as "duplicate_key"; keys already in a `dedup_against`
+dataset as "duplicate_in_dataset"; see keyindex.dedup: an LMDB file, bounded
+memory); an engine runs the jobs with a bounded number in flight; finally
+the shard indices are streamed into `planning.npz` and `keys.lmdb`
+(ingest.finalize) and the per-job stats merged into `manifest.json`.
 With `resume`, jobs whose stats file exists and whose shards have the
 recorded sizes are not run again (their rows are still streamed, for the
 duplicate check and the job numbering).
 """
 from __future__ import annotations
 
-import io
+import hashlib
 import json
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 from fsspec.core import url_to_fs
 
 from vlmdata import fsutil
 from vlmdata.errors import ConfigError, EmptyDatasetError, Skip
-from vlmdata.formats.manifest import MANIFEST_NAME, PLANNING_NAME, Manifest
+from vlmdata.formats.manifest import MANIFEST_NAME, Manifest
 from vlmdata.formats.sample import safe_key
-from vlmdata.formats.sample_index import SampleIndex, concat_planning_columns
 from vlmdata.ingest.engine import ENGINES, run_jobs
+from vlmdata.ingest.finalize import write_dataset_tables
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, ImageOptions
 from vlmdata.ingest.job import JOBS_DIR, JobOptions, JobSpec, JobStats, job_stats_name
-from vlmdata.ingest.keyset import KeySet
 from vlmdata.ingest.readers import InputSource, Row, describe_input, format_names, iter_rows, open_inputs
 from vlmdata.ingest.records import ColumnSpec, row_id
+from vlmdata.keyindex.build import open_dataset_keys
+from vlmdata.keyindex.dedup import IN_RUN, RunDedup
 from vlmdata.text.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -62,6 +65,10 @@ class ShardConfig:
     columns: ColumnSpec = field(default_factory=ColumnSpec)
     storage_options: dict = field(default_factory=dict)
     fsync: bool = True
+    dedup_against: list[str] = field(default_factory=list)   # datasets whose keys are skipped as duplicates
+
+
+SEEN_KEYS = "seen-keys.lmdb"
 
 
 def _check_config(cfg: ShardConfig) -> None:
@@ -95,10 +102,31 @@ def _probe_output(output: str, storage_options: dict) -> None:
 
 
 def _fingerprint(cfg: ShardConfig, sources: list[InputSource], tokenizer: dict) -> dict:
-    return {"inputs": [asdict(s) for s in sources], "format": cfg.format, "image_size": cfg.image_size,
-            "max_samples_per_shard": cfg.max_samples_per_shard, "max_shard_bytes": cfg.max_shard_bytes,
-            "tokenizer": tokenizer, "resize_max_side": cfg.resize_max_side, "quality": cfg.quality,
-            "max_image_pixels": cfg.max_image_pixels, "columns": asdict(cfg.columns)}
+    fp = {"inputs": [asdict(s) for s in sources], "format": cfg.format, "image_size": cfg.image_size,
+          "max_samples_per_shard": cfg.max_samples_per_shard, "max_shard_bytes": cfg.max_shard_bytes,
+          "tokenizer": tokenizer, "resize_max_side": cfg.resize_max_side, "quality": cfg.quality,
+          "max_image_pixels": cfg.max_image_pixels, "columns": asdict(cfg.columns)}
+    if cfg.dedup_against:
+        fp["dedup_against"] = list(cfg.dedup_against)
+    return fp
+
+
+def _open_dedup(cfg: ShardConfig, fingerprint: dict) -> RunDedup:
+    """The run's key file (in _jobs/ for a local output, else in the temp dir) and the key indices of the
+    `dedup_against` datasets; ConfigError if one of those has no usable key index."""
+    against = []
+    for root in cfg.dedup_against:
+        try:
+            against.append((root, open_dataset_keys(root, None, cfg.storage_options)))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--dedup-against {root}: {exc}") from exc
+    if fsutil.is_local(cfg.output):
+        path = os.path.join(fsutil.local_path(cfg.output), JOBS_DIR, SEEN_KEYS)
+    else:
+        digest = hashlib.sha1(cfg.output.encode()).hexdigest()[:16]
+        path = os.path.join(tempfile.gettempdir(), f"vlmdata-seen-{digest}.lmdb")
+    run_id = hashlib.sha1(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
+    return RunDedup(path, run_id, against)
 
 
 def _prepare_output(cfg: ShardConfig, fingerprint: dict) -> None:
@@ -148,14 +176,16 @@ def _job_is_done(output: str, job: int, so: dict) -> JobStats | None:
 class _JobStream:
     """Cuts the row stream into JobSpecs, assigning ids and duplicate flags on the way."""
 
-    def __init__(self, cfg: ShardConfig, sources: list[InputSource], on_resumed: Callable[[dict], None]):
+    def __init__(self, cfg: ShardConfig, sources: list[InputSource], on_resumed: Callable[[dict], None],
+                 dedup: RunDedup):
         self.cfg = cfg
         self.sources = sources
         self.on_resumed = on_resumed
-        self.keys = KeySet()
+        self.dedup = dedup
         self.jobs = 0
+        self.rows = 0                  # rows streamed so far: a row's number in the run
 
-    def _tag(self, row: Row) -> Row:
+    def _name(self, row: Row) -> Row:
         if row.data is None:
             row.id = f"{os.path.basename(self.sources[row.source].url.rstrip('/'))}:{row.number}"
             return row
@@ -163,14 +193,23 @@ class _JobStream:
         if len(self.sources) > 1:
             fallback = f"i{row.source}-{fallback}"
         row.id = row_id(row.data, self.cfg.columns, fallback)
-        row.duplicate = not self.keys.add(safe_key(row.id))
         return row
+
+    def _mark(self, rows: list[Row], first: int) -> None:
+        """Duplicate flags for a job's rows (rows first..first+len-1 of the run), in one transaction."""
+        keyed = [(r, first + i) for i, r in enumerate(rows) if r.data is not None]
+        marks = self.dedup.mark([safe_key(r.id) for r, _ in keyed], [n for _, n in keyed])
+        for (r, _), mark in zip(keyed, marks):
+            if mark == IN_RUN:
+                r.duplicate = True
+            elif mark is not None:
+                r.duplicate_in = mark
 
     def __iter__(self) -> Iterator[JobSpec]:
         n = self.cfg.max_samples_per_shard
         batch: list[Row] = []
         for row in iter_rows(self.sources, self.cfg.storage_options):
-            batch.append(self._tag(row))
+            batch.append(self._name(row))
             if len(batch) == n:
                 yield from self._emit(batch)
                 batch = []
@@ -178,6 +217,8 @@ class _JobStream:
             yield from self._emit(batch)
 
     def _emit(self, rows: list[Row]) -> Iterator[JobSpec]:
+        self._mark(rows, self.rows)
+        self.rows += len(rows)
         job = self.jobs
         self.jobs += 1
         if self.cfg.resume:
@@ -206,6 +247,8 @@ def _empty_error(cfg: ShardConfig, sources: list[InputSource], results: list[dic
     msg = f"all {rows} input rows were skipped ({reasons}) in {found}"
     if example is not None:
         msg += f"; e.g. row {example[1]['row']} ({example[0]}): {example[1]['detail']}"
+    if set(skipped) <= {Skip.DUPLICATE_KEY, Skip.DUPLICATE_IN_DATASET}:
+        return EmptyDatasetError(f"{msg}; every row is a duplicate: nothing new to shard")
     if Skip.MISSING_TEXT in skipped and any(s.format == "folder" for s in sources):
         msg += "; an image folder needs a .txt caption beside each image"
     elif any(k in skipped for k in (Skip.BAD_TEXT, Skip.MISSING_IMAGE_REF)):
@@ -225,10 +268,7 @@ def _merge(cfg: ShardConfig, results: list[dict], tokenizer: dict, extra_stats: 
     so = cfg.storage_options
     results.sort(key=lambda r: r["job"])
     shards = [s for r in results for s in JobStats(**r).shard_infos()]
-    indices = [SampleIndex.load(fsutil.join(cfg.output, s.index), so) for s in shards]
-    buf = io.BytesIO()
-    np.savez(buf, **concat_planning_columns(indices))
-    fsutil.atomic_write_bytes(fsutil.join(cfg.output, PLANNING_NAME), buf.getvalue(), so, cfg.fsync)
+    write_dataset_tables(cfg.output, shards, so, cfg.fsync)
     skipped: dict[str, int] = {}
     examples: dict[str, dict] = {}
     for r in results:
@@ -294,7 +334,9 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
     except (OSError, ValueError, ImportError) as exc:
         raise ConfigError(f"cannot load tokenizer {cfg.tokenizer!r}: {exc}") from exc
     sources = open_inputs(cfg.inputs, cfg.input_format, cfg.storage_options)
-    _prepare_output(cfg, _fingerprint(cfg, sources, tokenizer))
+    fingerprint = _fingerprint(cfg, sources, tokenizer)
+    _prepare_output(cfg, fingerprint)
+    dedup = _open_dedup(cfg, fingerprint)
     workers = (os.cpu_count() or 1) if cfg.workers is None else cfg.workers
     opts = JobOptions(output=cfg.output, sources=tuple(sources), format=cfg.format, image_size=cfg.image_size,
                       max_shard_bytes=cfg.max_shard_bytes,
@@ -313,17 +355,23 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
         resumed.append(r["job"])
         done(r)
 
-    stream = _JobStream(cfg, sources, resumed_job)
-    run_jobs(cfg.engine, iter(stream), opts, workers, done, executor,
-             tracker.partial if progress is not None else None, progress_interval)
+    stream = _JobStream(cfg, sources, resumed_job, dedup)
+    try:
+        run_jobs(cfg.engine, iter(stream), opts, workers, done, executor,
+                 tracker.partial if progress is not None else None, progress_interval)
+    finally:
+        dedup.close()                   # kept on failure: a resumed run goes on with it
     if sum(r["written"] for r in results) == 0:
+        dedup.remove()
         _remove_run_state(cfg.output, cfg.storage_options)
         raise _empty_error(cfg, sources, results)
     seconds = time.perf_counter() - t0
     extra = {"seconds": round(seconds, 3), "engine": cfg.engine, "workers": workers,
              "resumed_jobs": len(resumed), "inputs": [s.url for s in sources],
              "input_formats": [s.format for s in sources],
+             **({"dedup_against": list(cfg.dedup_against)} if cfg.dedup_against else {}),
              "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     manifest = _merge(cfg, results, tokenizer, extra)
+    dedup.remove()                      # keys.lmdb now holds every key of the dataset
     log.debug("sharded %d rows in %.1fs", manifest.stats["input_rows"], seconds)
     return manifest

@@ -32,6 +32,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from vlmdata.cache.fetch import DirectFetcher, RetryPolicy, ShardRef
 from vlmdata.decode.policy import FixedPolicy, ImagePolicy, make_policy
 from vlmdata.errors import CorruptShardError, FetchError, ShardReadError, Skip
+from vlmdata.keyindex.lookup import FoundSample, find_samples
 from vlmdata.loading.collate import (
     CollateConfig,
     PreparedSample,
@@ -317,6 +318,25 @@ class VLMDataset(IterableDataset):
         rank; plans the whole epoch, so it costs seconds on a huge dataset)."""
         remaining = max(0, self.planner().total() - self._cursor)
         return -(-remaining // self.world_size)
+
+    # ---- random access by key --------------------------------------------------------------------
+    def lookup_all(self, key: str) -> list[FoundSample]:
+        """Every sample with this key in the datasets (`source` says which), through their keys.lmdb."""
+        found = []
+        for i, src in enumerate(self.sources):
+            for f in find_samples(src.root, key, src.storage_options, src.manifest):
+                f.source = i
+                found.append(f)
+        return found
+
+    def lookup(self, key: str) -> FoundSample:
+        """The sample with this key (e.g. from a batch's `sample_keys`, to inspect a loss spike): its
+        location and record (tokens, encoded images, source record `.meta`). KeyError if no dataset holds it;
+        FileNotFoundError if a dataset has no keys.lmdb (`vlmdata index --rebuild-keys DATASET` builds it)."""
+        found = self.lookup_all(key)
+        if not found:
+            raise KeyError(f"no sample with key {key!r} in {', '.join(s.root for s in self.sources)}")
+        return found[0]
 
     # ---- iteration ------------------------------------------------------------------------------
     def planner(self, epoch: int | None = None) -> EpochPlanner:
