@@ -37,29 +37,29 @@ class RunDedup:
         self.path = path
         self.run_id = run_id
         self.against = list(against or [])
-        self._env = self._open()
+        self._env: lmdb.Environment | None = None
+        try:
+            self._env = self._open()
+        except (lmdb.Error, ValueError):
+            self.remove()                # from another run, or damaged by a machine crash: start over
+            self._env = self._open()
 
     def _open(self) -> lmdb.Environment:
-        for attempt in (0, 1):
-            try:
-                env = lmdb.open(self.path, subdir=False, map_size=MAP_SIZE, max_dbs=2, sync=False,
-                                metasync=False, readahead=False)
-                self._keys = env.open_db(b"keys")
-                meta_db = env.open_db(b"meta")
-                with env.begin(write=True, db=meta_db) as txn:
-                    raw = txn.get(b"run")
-                    if raw is None:
-                        txn.put(b"run", json.dumps({"run": self.run_id}).encode())
-                    elif json.loads(raw).get("run") != self.run_id:
-                        raise ValueError("another run's keys")
-                return env
-            except (lmdb.Error, ValueError):
-                if attempt:
-                    raise
-                if "env" in locals():
-                    env.close()
-                self.remove()            # from another run, or damaged by a machine crash: start over
-        raise AssertionError("unreachable")
+        env = lmdb.open(self.path, subdir=False, map_size=MAP_SIZE, max_dbs=2, sync=False, metasync=False,
+                        readahead=False)
+        try:
+            self._keys = env.open_db(b"keys")
+            meta_db = env.open_db(b"meta")
+            with env.begin(write=True, db=meta_db) as txn:
+                raw = txn.get(b"run")
+                if raw is None:
+                    txn.put(b"run", json.dumps({"run": self.run_id}).encode())
+                elif json.loads(raw).get("run") != self.run_id:
+                    raise ValueError(f"{self.path} holds another run's keys")
+        except BaseException:
+            env.close()
+            raise
+        return env
 
     def mark(self, keys: list[str], rows: list[int]) -> list[str | None]:
         """Per key: None (first occurrence; recorded), IN_RUN (an earlier row had it), or the name of

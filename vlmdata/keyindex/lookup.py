@@ -20,11 +20,11 @@ from vlmdata.formats.manifest import Manifest
 from vlmdata.formats.sample import SampleRecord, read_sample, text_decoder_for
 from vlmdata.formats.sample_index import SampleIndex
 from vlmdata.keyindex.build import open_dataset_keys
-from vlmdata.keyindex.store import KeyIndex
+from vlmdata.keyindex.store import KEYS_NAME, KeyIndex
 
 __all__ = ["FoundSample", "SampleLocation", "find_samples", "lookup_sample", "read_sample_at"]
 
-_OPEN: dict[tuple[str, int], KeyIndex] = {}      # (dataset URL, pid) -> its key index
+_OPEN: dict[tuple[str, int], tuple] = {}      # (dataset URL, pid) -> (file stamp, its key index)
 
 
 @dataclass(frozen=True)
@@ -97,10 +97,16 @@ def read_sample_at(root: str, manifest: Manifest, shard: int, row: int, storage_
 
 
 def _keys_of(root: str, manifest: Manifest, so: dict) -> KeyIndex:
+    """The dataset's key index, opened once per process (again if a local one was rebuilt since)."""
+    url = fsutil.join(root, KEYS_NAME)
+    stamp = None
+    if fsutil.is_local(url) and os.path.exists(fsutil.local_path(url)):
+        st = os.stat(fsutil.local_path(url))
+        stamp = (st.st_ino, st.st_mtime_ns)
     got = _OPEN.get((root, os.getpid()))
-    if got is None:
-        got = _OPEN[(root, os.getpid())] = open_dataset_keys(root, manifest, so)
-    return got
+    if got is None or got[0] != stamp:
+        got = _OPEN[(root, os.getpid())] = (stamp, open_dataset_keys(root, manifest, so))
+    return got[1]
 
 
 def find_samples(root: str, key: str, storage_options: dict | None = None,

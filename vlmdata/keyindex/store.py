@@ -39,10 +39,27 @@ class KeyIndexStats(dict):
     """What a build wrote: entries, distinct keys, duplicates (entries - distinct) and a few duplicate keys."""
 
 
+_READERS: dict[str, tuple[int, lmdb.Environment]] = {}   # path -> (pid, env): one env per file and process
+
+
+def _reader_env(path: str) -> lmdb.Environment:
+    """The process's read-only environment of `path`. LMDB allows one per file and process; one inherited
+    through fork belongs to the parent and is closed here (in the child) before opening our own."""
+    st = os.stat(path)
+    key = f"{os.path.realpath(path)}:{st.st_dev}:{st.st_ino}"     # a rebuilt file is a new environment
+    got = _READERS.get(key)
+    if got is not None and got[0] == os.getpid():
+        return got[1]
+    if got is not None:
+        got[1].close()
+    env = lmdb.open(path, subdir=False, readonly=True, lock=False, max_dbs=2, readahead=False, map_size=MAP_SIZE)
+    _READERS[key] = (os.getpid(), env)
+    return env
+
+
 def _open_env(path: str, readonly: bool) -> lmdb.Environment:
     if readonly:
-        return lmdb.open(path, subdir=False, readonly=True, lock=False, max_dbs=2, readahead=False,
-                         map_size=MAP_SIZE)
+        return _reader_env(path)
     return lmdb.open(path, subdir=False, map_size=MAP_SIZE, max_dbs=2, lock=False, sync=False,
                      metasync=False, readahead=False)
 
@@ -127,7 +144,6 @@ class KeyIndex:
                 self._keys = env.open_db(b"keys", create=False, dupsort=True, dupfixed=True)
                 self._meta_db = env.open_db(b"meta", create=False)
             except lmdb.NotFoundError:
-                env.close()
                 raise ValueError(f"{self.path} is not a vlmdata key index") from None
             self._env, self._pid = env, os.getpid()
         return self._env
@@ -169,8 +185,12 @@ class KeyIndex:
             return [get(k) is not None for k in keys]
 
     def close(self) -> None:
-        if self._env is not None and self._pid == os.getpid():
-            self._env.close()
+        """Close the process's environment of this file (every KeyIndex of the file in this process shares it)."""
+        if self._env is not None:
+            for key, (pid, env) in list(_READERS.items()):
+                if env is self._env and pid == os.getpid():
+                    del _READERS[key]
+                    env.close()
         self._env = None
 
     def __getstate__(self) -> dict:
