@@ -6,7 +6,6 @@ import pytest
 from tests.helpers.dataset import make_samples, write_dataset
 from vlmdata.cli import main
 
-
 SAMPLES = make_samples(10, seed=1)
 
 

@@ -80,7 +80,7 @@ def test_a_crashed_run_resumes_with_its_dedup_file(rows, tmp_path, monkeypatch):
     monkeypatch.setattr("vlmdata.ingest.engine.run_job", crash_at_job_4)
     with pytest.raises(RuntimeError, match="killed"):
         shard(data, tmp_path / "out", max_samples_per_shard=10)
-    assert (tmp_path / "out" / "_jobs" / "seen-keys.lmdb").exists()      # kept for the resumed run
+    assert not (tmp_path / "out" / "_jobs" / "seen-keys").exists()       # a resumed run rebuilds it
     monkeypatch.undo()
     resumed = shard(data, tmp_path / "out", max_samples_per_shard=10, resume=True)
     assert resumed.stats["skipped"] == whole.stats["skipped"] == {"duplicate_key": 10}

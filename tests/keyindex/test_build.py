@@ -29,7 +29,7 @@ def test_every_key_is_found_at_its_shard_and_row_and_planning_matches(sharded):
         for row, key in enumerate(index.keys()):
             assert ix.locations(key) == [(s, row)]
     assert ix.meta["duplicates"] == 0 and ix.meta["shards"] == 5
-    assert not (out / "_jobs" / "seen-keys.lmdb").exists()          # the run's dedup file is gone
+    assert not (out / "_jobs" / "seen-keys").exists()                # the run's key set is gone
     with np.load(out / "planning.npz") as z:                           # streamed: what merging in memory gave
         for name, values in concat_planning_columns(indices).items():
             assert np.array_equal(z[name], values) and z[name].dtype == values.dtype, name

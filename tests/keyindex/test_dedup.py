@@ -1,9 +1,36 @@
-"""RunDedup: first occurrence wins within a run (also inside one batch); keys of other datasets are named;
-a run streamed again after a crash reaches the same decisions; another run's or a damaged file starts over."""
+"""SeenKeys and RunDedup: first occurrence wins, exactly like a set in memory, through flushes to runs and
+merges of runs; keys of other datasets are named; the same stream gives the same decisions again."""
 import numpy as np
+import pytest
 
-from vlmdata.keyindex import IN_RUN, KeyIndex, KeySorter, RunDedup, write_key_index
+from vlmdata.keyindex import IN_RUN, KeyIndex, KeySorter, RunDedup, SeenKeys, write_key_index
 from vlmdata.keyindex.codec import encode_locations
+
+
+def stream(n, seed, repeat=0.2, batch=37):
+    """Batches of (keys, rows): random keys, `repeat` of them repeating an earlier one (or one in the batch)."""
+    rng = np.random.default_rng(seed)
+    keys = []
+    for _ in range(n):
+        if keys and rng.random() < repeat:
+            keys.append(keys[int(rng.integers(len(keys)))])
+        else:
+            keys.append(f"k{int(rng.integers(0, 2**62)):x}")
+    return [(keys[i:i + batch], list(range(i, min(n, i + batch)))) for i in range(0, n, batch)]
+
+
+@pytest.mark.parametrize("memtable,fanout", [(10**6, 8), (50, 3), (7, 2)])
+def test_first_rows_equal_a_set_in_memory_through_flushes_and_merges(tmp_path, memtable, fanout):
+    seen = SeenKeys(str(tmp_path / "s"), memtable=memtable, fanout=fanout)
+    first: dict[str, int] = {}
+    for keys, rows in stream(3000, seed=memtable):
+        expected = [first.setdefault(k, r) for k, r in zip(keys, rows)]
+        assert seen.first_rows(keys, rows) == expected
+    assert len(seen) == len(first)
+    if memtable < 100:
+        assert 0 < seen.runs < len(first) // memtable          # flushed, and runs were merged
+    seen.remove()
+    assert not (tmp_path / "s").exists()
 
 
 def other_dataset(path, keys):
@@ -13,37 +40,21 @@ def other_dataset(path, keys):
     return KeyIndex(str(path))
 
 
-def test_first_occurrence_wins_and_other_datasets_are_named(tmp_path):
+def test_run_dedup_names_other_datasets_and_repeats(tmp_path):
     other = other_dataset(tmp_path / "other.lmdb", ["x1", "x2"])
-    d = RunDedup(str(tmp_path / "seen.lmdb"), "run-a", [("ds-other", other)])
+    d = RunDedup(str(tmp_path / "seen"), [("ds-other", other)], memtable=2)
     assert d.mark(["a", "b", "a", "x1"], [0, 1, 2, 3]) == [None, None, IN_RUN, "ds-other"]
-    assert d.mark(["b", "c", "x2", "c"], [4, 5, 6, 7]) == [IN_RUN, None, "ds-other", IN_RUN]
-    assert len(d) == 3                                    # a, b, c: keys of other datasets never enter the file
-    d.close()
+    assert d.mark(["b", "c", "x2", "c", "a"], [4, 5, 6, 7, 8]) == [IN_RUN, None, "ds-other", IN_RUN, IN_RUN]
+    assert len(d.seen) == 3                               # keys of other datasets are never recorded
+    d.remove()
 
 
-def test_a_run_streamed_again_after_a_crash_decides_the_same(tmp_path):
-    path = str(tmp_path / "seen.lmdb")
-    batches = [(["k1", "k2", "k1"], [0, 1, 2]), (["k3", "k2"], [3, 4]), (["k4", "k1"], [5, 6])]
-    d = RunDedup(path, "run-a")
-    first = [d.mark(*batches[0]), d.mark(*batches[1])]
-    d.close()                                             # "crash" before the last batch
-    again = RunDedup(path, "run-a")
-    assert [again.mark(*b) for b in batches] == first + [[None, IN_RUN]]
-    again.close()
-
-
-def test_another_runs_file_or_a_damaged_one_starts_over(tmp_path):
-    path = str(tmp_path / "seen.lmdb")
-    d = RunDedup(path, "run-a")
-    d.mark(["k1"], [0])
-    d.close()
-    other = RunDedup(path, "run-b")                       # a different run: nothing carried over
-    assert other.mark(["k1"], [5]) == [None]
-    other.close()
-    with open(path, "wb") as f:
-        f.write(b"garbage" * 100)
-    fresh = RunDedup(path, "run-b")
-    assert fresh.mark(["k1"], [5]) == [None] and len(fresh) == 1
-    fresh.remove()
-    assert not (tmp_path / "seen.lmdb").exists()
+def test_the_same_stream_gives_the_same_decisions_after_a_restart(tmp_path):
+    batches = stream(500, seed=3)
+    decisions = []
+    for _ in range(2):                                    # a resumed run starts the set over
+        d = RunDedup(str(tmp_path / "seen"), memtable=40)
+        decisions.append([d.mark(k, r) for k, r in batches])
+        d.remove()
+    assert decisions[0] == decisions[1]
+    assert sum(m == IN_RUN for b in decisions[0] for m in b) > 50

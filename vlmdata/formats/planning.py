@@ -17,11 +17,15 @@ At 10^9 samples the file holds tens of GB, so neither side ever holds it whole:
   added (one shard's columns in memory at a time), then copies them into
   the zip member by member.
 * `PlanningColumns` finds each member's data offset from the zip's central
-  directory and the `.npy` header, then memory-maps it (local files: only
-  the pages a window touches are read, and they are shared by every
-  process on the machine through the page cache) or reads byte ranges
-  (object stores: one ranged GET per shard and column). A shard's samples
-  and images are contiguous, located by the manifest's per-shard counts.
+  directory and the `.npy` header, and reads a window's shards as byte
+  ranges: positioned reads (pread) of a local file, one ranged GET per shard
+  and column on an object store. A shard's samples and images are
+  contiguous, located by the manifest's per-shard counts. Only what a
+  window needs is read (through the page cache, which the processes of a
+  machine share). A memory map would read the same pages but count them in
+  the RSS of every process that touched them, whole page-cache folios at a
+  time (up to MBs per touched range): at 10^9 samples hundreds of MB per
+  process after a few dozen windows, for data already used and copied out.
 """
 from __future__ import annotations
 
@@ -68,19 +72,27 @@ class PlanningWriter:
 
     def add_shard(self, text_tokens: np.ndarray, n_images: np.ndarray, width: np.ndarray, height: np.ndarray) -> None:
         """Append one shard's columns (per sample: text_tokens, n_images; per image: width, height)."""
+        self.add_shards([len(text_tokens)], text_tokens, n_images, width, height)
+
+    def add_shards(self, samples_per_shard, text_tokens: np.ndarray, n_images: np.ndarray, width: np.ndarray,
+                   height: np.ndarray) -> None:
+        """Append consecutive shards at once: their columns concatenated, `samples_per_shard` splitting them."""
+        counts = np.asarray(samples_per_shard, dtype=np.int64)
         n, m = len(text_tokens), len(width)
-        if len(n_images) != n or len(height) != m or int(np.sum(n_images, dtype=np.int64)) != m:
-            raise ValueError(f"shard {self.shards}: {n} samples with {int(np.sum(n_images))} images, "
-                             f"but {m} widths and {len(height)} heights")
+        if int(counts.sum()) != n or len(n_images) != n or len(height) != m or int(np.sum(n_images, dtype=np.int64)) != m:
+            raise ValueError(f"shards from {self.shards}: {int(counts.sum())} samples by shard, {n} token counts and "
+                             f"{len(n_images)} image counts ({int(np.sum(n_images))} images), {m} widths and "
+                             f"{len(height)} heights")
         cols = {"text_tokens": text_tokens, "n_images": n_images, "width": width, "height": height}
         if "shard" in self.dtypes:
             n_img = np.asarray(n_images, dtype=np.int64)
-            cols["shard"] = np.full(n, self.shards)
-            cols["local"] = np.arange(n)
+            first = np.repeat(np.cumsum(counts) - counts, counts)
+            cols["shard"] = np.repeat(np.arange(self.shards, self.shards + len(counts)), counts)
+            cols["local"] = np.arange(n) - first
             cols["image_start"] = self.images + np.cumsum(n_img) - n_img
         for name, values in cols.items():
             self._files[name].write(np.ascontiguousarray(values, dtype=self.dtypes[name]).tobytes())
-        self.shards += 1
+        self.shards += len(counts)
         self.samples += n
         self.images += m
 
@@ -149,7 +161,7 @@ class PlanningColumns:
     """A dataset's planning.npz, read a few shards at a time (see the module docstring).
 
     `shard_samples` and `shard_images` are the manifest's per-shard counts.
-    Picklable: the memory maps are dropped and re-made in the receiving process.
+    Picklable (a path and offsets: each process opens the file itself).
     """
 
     def __init__(self, url: str, shard_samples: np.ndarray, shard_images: np.ndarray,
@@ -172,7 +184,9 @@ class PlanningColumns:
                 kind = "samples" if name in SAMPLE_COLUMNS else "images"
                 raise ValueError(f"{url}: column {name} has {got} rows but the manifest counts {expected} {kind}; "
                                  "the planning file belongs to another version of the dataset")
-        self._maps: dict[str, np.ndarray] = {}
+        self._maps: dict[str, np.ndarray] = {}         # compressed members loaded whole
+        self._fd = -1
+        self._fd_pid = -1
 
     @property
     def num_samples(self) -> int:
@@ -182,26 +196,50 @@ class PlanningColumns:
     def num_images(self) -> int:
         return int(self.image_start[-1])
 
-    def _column(self, name: str) -> np.ndarray | None:
-        """The whole column as a memory map (local file) or loaded (compressed member); None: ranged reads."""
+    def _loaded(self, name: str) -> np.ndarray:
+        """A compressed member (no byte ranges to read), loaded whole once."""
         col = self._maps.get(name)
         if col is None:
-            m = self.members[name]
-            if not m.stored:
-                with fsutil.open_url(self.url, "rb", self.storage_options) as f, np.load(f) as z:
-                    col = z[name]
-            elif fsutil.is_local(self.url):
-                col = np.memmap(fsutil.local_path(self.url), dtype=m.dtype, mode="r", offset=m.offset, shape=(m.length,))
-            else:
-                return None
-            self._maps[name] = col
+            with fsutil.open_url(self.url, "rb", self.storage_options) as f, np.load(f) as z:
+                col = self._maps[name] = z[name]
         return col
 
+    def _pread(self, m: _Member, a: int, b: int) -> np.ndarray:
+        if self._fd_pid != os.getpid():
+            self._fd = os.open(fsutil.local_path(self.url), os.O_RDONLY)
+            self._fd_pid = os.getpid()
+        out = np.empty(b - a, m.dtype)
+        view = memoryview(out).cast("B")
+        pos, done = m.offset + a * m.dtype.itemsize, 0
+        while done < len(view):
+            n = os.preadv(self._fd, [view[done:]], pos + done)
+            if n <= 0:
+                raise ValueError(f"{self.url} is shorter than its columns say (truncated?)")
+            done += n
+        return out
+
     def _ranges(self, name: str, ranges: list[tuple[int, int]]) -> list[np.ndarray]:
-        col = self._column(name)
-        if col is not None:
-            return [np.asarray(col[a:b]) for a, b in ranges]
+        """The column's values in each [a, b) range; ranges that follow each other are read at once."""
+        runs: list[list[int]] = []                      # [a, b, first range, last range + 1]
+        for i, (a, b) in enumerate(ranges):
+            if runs and runs[-1][1] == a:
+                runs[-1][1], runs[-1][3] = b, i + 1
+            else:
+                runs.append([a, b, i, i + 1])
+        if len(runs) == len(ranges):
+            return self._read(name, ranges)
+        out: list[np.ndarray] = []
+        for (a, _, i, j), values in zip(runs, self._read(name, [(r[0], r[1]) for r in runs])):
+            out += [values[x - a:y - a] for x, y in ranges[i:j]]
+        return out
+
+    def _read(self, name: str, ranges: list[tuple[int, int]]) -> list[np.ndarray]:
         m = self.members[name]
+        if not m.stored:
+            col = self._loaded(name)
+            return [col[a:b] for a, b in ranges]
+        if fsutil.is_local(self.url):
+            return [self._pread(m, a, b) for a, b in ranges]
         size = m.dtype.itemsize
 
         def read(r: tuple[int, int]) -> np.ndarray:
@@ -247,4 +285,9 @@ class PlanningColumns:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_maps"] = {}
+        state["_fd"], state["_fd_pid"] = -1, -1
         return state
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd_pid", -1) == os.getpid():
+            os.close(self._fd)

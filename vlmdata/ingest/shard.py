@@ -4,8 +4,8 @@ Flow: the inputs are read as one row stream (bounded memory); the stream is
 cut into jobs of `max_samples_per_shard` rows, and each job's rows get their
 source ids and duplicate flags (first occurrence of a key in the run wins;
 later ones are skipped as "duplicate_key"; keys already in a `dedup_against`
-dataset as "duplicate_in_dataset"; see keyindex.dedup: an LMDB file, bounded
-memory); an engine runs the jobs with a bounded number in flight; finally
+dataset as "duplicate_in_dataset"; keyindex.dedup: a log-structured key set
+on disk, bounded memory); an engine runs the jobs with a bounded number in flight; finally
 the shard indices are streamed into `planning.npz` and `keys.lmdb`
 (ingest.finalize) and the per-job stats merged into `manifest.json`.
 With `resume`, jobs whose stats file exists and whose shards have the
@@ -68,7 +68,7 @@ class ShardConfig:
     dedup_against: list[str] = field(default_factory=list)   # datasets whose keys are skipped as duplicates
 
 
-SEEN_KEYS = "seen-keys.lmdb"
+SEEN_KEYS = "seen-keys"
 
 
 def _check_config(cfg: ShardConfig) -> None:
@@ -111,8 +111,9 @@ def _fingerprint(cfg: ShardConfig, sources: list[InputSource], tokenizer: dict) 
     return fp
 
 
-def _open_dedup(cfg: ShardConfig, fingerprint: dict) -> RunDedup:
-    """The run's key file (in _jobs/ for a local output, else in the temp dir) and the key indices of the
+def _open_dedup(cfg: ShardConfig) -> RunDedup:
+    """The run's key set (files in _jobs/ for a local output, else in the temp dir; a resumed run rebuilds
+    it from the start of the stream, reaching the same decisions) and the key indices of the
     `dedup_against` datasets; ConfigError if one of those has no usable key index."""
     against = []
     for root in cfg.dedup_against:
@@ -124,9 +125,8 @@ def _open_dedup(cfg: ShardConfig, fingerprint: dict) -> RunDedup:
         path = os.path.join(fsutil.local_path(cfg.output), JOBS_DIR, SEEN_KEYS)
     else:
         digest = hashlib.sha1(cfg.output.encode()).hexdigest()[:16]
-        path = os.path.join(tempfile.gettempdir(), f"vlmdata-seen-{digest}.lmdb")
-    run_id = hashlib.sha1(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
-    return RunDedup(path, run_id, against)
+        path = os.path.join(tempfile.gettempdir(), f"vlmdata-seen-keys-{digest}")
+    return RunDedup(path, against)
 
 
 def _prepare_output(cfg: ShardConfig, fingerprint: dict) -> None:
@@ -196,7 +196,7 @@ class _JobStream:
         return row
 
     def _mark(self, rows: list[Row], first: int) -> None:
-        """Duplicate flags for a job's rows (rows first..first+len-1 of the run), in one transaction."""
+        """Duplicate flags for a job's rows (rows first .. first + len - 1 of the run)."""
         keyed = [(r, first + i) for i, r in enumerate(rows) if r.data is not None]
         marks = self.dedup.mark([safe_key(r.id) for r, _ in keyed], [n for _, n in keyed])
         for (r, _), mark in zip(keyed, marks):
@@ -336,7 +336,7 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
     sources = open_inputs(cfg.inputs, cfg.input_format, cfg.storage_options)
     fingerprint = _fingerprint(cfg, sources, tokenizer)
     _prepare_output(cfg, fingerprint)
-    dedup = _open_dedup(cfg, fingerprint)
+    dedup = _open_dedup(cfg)
     workers = (os.cpu_count() or 1) if cfg.workers is None else cfg.workers
     opts = JobOptions(output=cfg.output, sources=tuple(sources), format=cfg.format, image_size=cfg.image_size,
                       max_shard_bytes=cfg.max_shard_bytes,
@@ -360,9 +360,8 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
         run_jobs(cfg.engine, iter(stream), opts, workers, done, executor,
                  tracker.partial if progress is not None else None, progress_interval)
     finally:
-        dedup.close()                   # kept on failure: a resumed run goes on with it
+        dedup.remove()                  # a resumed run rebuilds it from the start of the stream
     if sum(r["written"] for r in results) == 0:
-        dedup.remove()
         _remove_run_state(cfg.output, cfg.storage_options)
         raise _empty_error(cfg, sources, results)
     seconds = time.perf_counter() - t0
@@ -372,6 +371,5 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
              **({"dedup_against": list(cfg.dedup_against)} if cfg.dedup_against else {}),
              "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     manifest = _merge(cfg, results, tokenizer, extra)
-    dedup.remove()                      # keys.lmdb now holds every key of the dataset
     log.debug("sharded %d rows in %.1fs", manifest.stats["input_rows"], seconds)
     return manifest

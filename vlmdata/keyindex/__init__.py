@@ -6,7 +6,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "KeyIndexBuilder": "build", "iter_indices": "build", "open_dataset_keys": "build", "rebuild_keys": "build",
     "shard_signature": "build",
     "encode_key": "codec",
-    "IN_RUN": "dedup", "RunDedup": "dedup",
+    "IN_RUN": "dedup", "RunDedup": "dedup", "SeenKeys": "dedup",
     "FoundSample": "lookup", "SampleLocation": "lookup", "find_samples": "lookup", "lookup_sample": "lookup",
     "read_sample_at": "lookup",
     "KeySorter": "sorter", "argsort_keys": "sorter",

@@ -1,9 +1,10 @@
 """Reading one dataset: its manifest and planning columns, shard indices ahead of use.
 
 `open_source(root)` reads manifest.json and opens planning.npz for windowed
-reads (`formats.planning.PlanningColumns`: memory-mapped or range-read, never
-loaded whole); that is all the planner needs. Per-shard `SampleIndex` files are loaded in background threads
-a window ahead of use (`Source.prefetch_indices`, called by the dataset when a
+reads (`formats.planning.PlanningColumns`: a window's shards at a time, never
+loaded whole); that is all the planner needs. Per-shard `SampleIndex` files
+are loaded in background threads a window ahead of use
+(`Source.prefetch_indices`, called by the dataset when a
 worker enters a window, for that window and the next), kept only while wanted
 (`Source.retain_indices`), and loaded on the spot if a read comes first
 (`Source.index(s)`). `Source.reader(s, data)` turns the shard's bytes, as

@@ -14,7 +14,7 @@ number of DataLoader workers.
 
 Memory is O(shards + window), never O(samples): the `Corpus` holds per-shard
 counts and reads a window's planning columns when the window is planned
-(`formats.planning.PlanningColumns` memory-maps or range-reads planning.npz;
+(`formats.planning.PlanningColumns` reads the byte ranges of its shards from planning.npz;
 `ArrayColumns` wraps columns already in memory). Window k's packs depend only
 on (seed, epoch, k), so numbering the packs needs only each earlier window's
 pack count. A planner starts from an anchor, a window whose first global pack
@@ -32,6 +32,7 @@ stream, shuffled together. A single dataset's windows are its own windows.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -223,13 +224,16 @@ class EpochPlanner:
         elif not hasattr(store, "get"):
             store = store(n)
         self.store: WindowStore = store
-        self._count = np.full(n, -1, np.int64)          # packs per window, -1: not known here yet
-        self._start = np.full(n + 1, -1, np.int64)      # first global pack of each window (+ end)
+        # plain lists, not arrays: every pack a worker takes looks these up (numpy scalars cost ~10x more)
+        self._count = [-1] * n                          # packs per window, -1: not known here yet
+        self._start = [-1] * (n + 1)                    # first global pack of each window (+ end)
         k, first = (0, 0) if anchor is None else (int(anchor[0]), int(anchor[1]))
         if not 0 <= k <= n or first < 0 or (k == 0 and first != 0):
             raise ValueError(f"plan anchor {anchor} is not a window of this epoch's {n} windows")
         self._start[k] = first
         self._lo = self._hi = k                         # counts known for windows [lo, hi), starts for [lo, hi]
+        self._last_window = (-1, 0, 0)                  # (k, first, end) of the window located last
+        self._last_plan: tuple[int, WindowPlan | None] = (-1, None)
 
     # ---- windows: which samples each window holds --------------------------------------
     def _pass_order(self, i: int, p: int) -> np.ndarray:
@@ -356,16 +360,20 @@ class EpochPlanner:
 
     def plan_window(self, k: int) -> WindowPlan:
         """The packs of window k (from the store, or planned now)."""
+        last_k, last = self._last_plan
+        if last_k == k:
+            return last
         if not 0 <= k < self.num_windows:
             raise IndexError(f"window {k} is not in [0, {self.num_windows})")
         plan = self.store.get(k, lambda: self._compute_window(k))
         self._count[k] = plan.num_packs
+        self._last_plan = (k, plan)
         return plan
 
     # ---- the global pack sequence -----------------------------------------------------------
     def _count_of(self, k: int) -> int:
         """Packs of window k: known here, known to the store (planned by a process sharing it), or planned now."""
-        c = int(self._count[k])
+        c = self._count[k]
         if c < 0:
             known = self.store.count(k)
             c = known if known is not None else self.plan_window(k).num_packs
@@ -395,7 +403,7 @@ class EpochPlanner:
         """First global pack of windows 0, 1, ... as far as known (+ the end once every window is)."""
         if self._lo > 0:
             raise ValueError("this planner started from a later window; use window_range(k)")
-        return self._start[:self._hi + 1].tolist()
+        return self._start[:self._hi + 1]
 
     @property
     def counts(self) -> list[int]:
@@ -411,15 +419,14 @@ class EpochPlanner:
             while self._lo > k:
                 self._backward()
         if self._lo <= k < self._hi:
-            return int(self._start[k]), int(self._start[k + 1])
+            return self._start[k], self._start[k + 1]
         return None
 
     def anchor_for(self, cursor: int) -> tuple[int, int] | None:
         """A window known to start at or before global pack `cursor`, with its start: what a resume state
         carries so that a planner resuming there starts from that window (None if none is known)."""
-        known = self._start[self._lo:self._hi + 1]
-        j = int(np.searchsorted(known, cursor, side="right")) - 1
-        return None if j < 0 else (self._lo + j, int(known[j]))
+        k = bisect_right(self._start, cursor, self._lo, self._hi + 1) - 1
+        return None if k < self._lo else (k, self._start[k])
 
     def ensure(self, g: int) -> bool:
         """Learn window counts until global pack g (and the one after it) is located; False if g is past the end."""
@@ -437,11 +444,14 @@ class EpochPlanner:
 
     def locate(self, g: int) -> tuple[int, int]:
         """(window, pack inside the window) of global pack g."""
+        k, first, end = self._last_window
+        if first <= g < end:
+            return k, g - first
         if not self.ensure(g):
             raise IndexError(f"pack {g} is past the end of epoch {self.epoch}")
-        known = self._start[self._lo:self._hi + 1]
-        k = self._lo + int(np.searchsorted(known, g, side="right")) - 1
-        return k, g - int(self._start[k])
+        k = bisect_right(self._start, g, self._lo, self._hi + 1) - 1
+        self._last_window = (k, self._start[k], self._start[k + 1])
+        return k, g - self._start[k]
 
     def pack_samples(self, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(samples, planned tokens, images) of global pack g."""
