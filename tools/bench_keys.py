@@ -43,8 +43,7 @@ import time
 
 import numpy as np
 
-from vlmdata.keyindex import KeyIndex, KeySorter, RunDedup, write_key_index
-from vlmdata.keyindex.codec import encode_keys, encode_locations
+from vlmdata.keyindex import KeyIndex, KeySorter, RunDedup, encode_keys, encode_locations, write_key_index
 from vlmdata.sysinfo import cpu_model
 
 CHUNK = 1_000_000

@@ -1,8 +1,7 @@
 """Key and location encoding: plain keys unchanged, too long / NUL / marker keys digested, locations sort."""
 import numpy as np
 
-from vlmdata.keyindex import encode_key
-from vlmdata.keyindex.codec import MAX_KEY_BYTES, decode_location, encode_keys, encode_locations
+from vlmdata.keyindex import MAX_KEY_BYTES, decode_location, encode_key, encode_keys, encode_locations
 
 
 def test_keys_and_arrays_of_keys_encode_the_same():

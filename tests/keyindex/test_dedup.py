@@ -3,8 +3,15 @@ merges of runs; keys of other datasets are named; the same stream gives the same
 import numpy as np
 import pytest
 
-from vlmdata.keyindex import IN_RUN, KeyIndex, KeySorter, RunDedup, SeenKeys, write_key_index
-from vlmdata.keyindex.codec import encode_locations
+from vlmdata.keyindex import (
+    IN_RUN,
+    KeyIndex,
+    KeySorter,
+    RunDedup,
+    SeenKeys,
+    encode_locations,
+    write_key_index,
+)
 
 
 def stream(n, seed, repeat=0.2, batch=37):

@@ -3,8 +3,7 @@ merge into one stream in key order with equal keys in arrival order; errors in t
 import numpy as np
 import pytest
 
-from vlmdata.keyindex import KeySorter, argsort_keys
-from vlmdata.keyindex.codec import encode_locations
+from vlmdata.keyindex import KeySorter, argsort_keys, encode_locations
 
 
 def awkward_keys(rng, n):

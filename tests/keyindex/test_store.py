@@ -7,8 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from vlmdata.keyindex import KeyIndex, KeySorter, write_key_index
-from vlmdata.keyindex.codec import encode_locations
+from vlmdata.keyindex import KeyIndex, KeySorter, encode_locations, write_key_index
 
 
 def build(path, keys, shard_of_row=100, run_keys=10**6, block=1 << 18):

@@ -117,3 +117,19 @@ def test_private_share_is_removed_by_its_creator_only(tmp_path):
     share.close()
     other.close()
     assert not os.path.exists(share.root) and not os.path.exists(other.root)
+
+
+def test_a_full_share_plans_on_unshared(tmp_path, monkeypatch, caplog):
+    import vlmdata.plan.shared as shared_module
+
+    share = PlanShare.at(str(tmp_path))
+    p = EpochPlanner(corpus(), FIXED112, OPTS, 0, 0, store=lambda n: share.store("k-e0", n))
+
+    def full(*args, **kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shared_module.tempfile, "mkstemp", full)
+    alone = EpochPlanner(corpus(), FIXED112, OPTS, 0, 0)
+    assert p.plan_window(1).samples.tolist() == alone.plan_window(1).samples.tolist()
+    assert "cannot share planned windows" in caplog.text
+    assert not [f for f in os.listdir(tmp_path / "k-e0") if f.endswith(".plan")]

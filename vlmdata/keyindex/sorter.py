@@ -39,7 +39,24 @@ import numpy as np
 __all__ = ["KeySorter", "argsort_keys"]
 
 RUN_KEYS = 4_000_000        # pairs sorted and spilled at a time (~150-250 MB of keys and work arrays)
-BLOCK = 1 << 18             # pairs read from each run per merge step
+BLOCK = 1 << 18             # pairs yielded per block (and read from each run per merge step, at most)
+MERGE_BYTES = 128 << 20     # what the merge reads at a time from all runs together (bounds its memory)
+
+
+class _RunFile:
+    """A spilled .npy run read a block at a time with plain reads (a memory map would keep every page it
+    touched in the process's RSS)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        with open(path, "rb") as f:
+            np.lib.format.read_magic(f)
+            shape, _, self.dtype = np.lib.format.read_array_header_1_0(f)
+            self.offset = f.tell()
+        self.n = int(shape[0])
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        return np.fromfile(self.path, dtype=self.dtype, count=count, offset=self.offset + start * self.dtype.itemsize)
 
 
 def _words(m: np.ndarray, rows: np.ndarray | None, start: int) -> np.ndarray:
@@ -167,29 +184,37 @@ class KeySorter:
         yield from _ahead(self._merge(block))
 
     def _merge(self, block: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        runs = [(np.load(k, mmap_mode="r"), np.load(v, mmap_mode="r")) for k, v in self._runs]
+        runs = [(_RunFile(k), _RunFile(v)) for k, v in self._runs]
+        width = max(r[0].dtype.itemsize for r in runs) + 8
+        block = max(1024, min(block, MERGE_BYTES // (width * len(runs))))
         pos = [0] * len(runs)
+        heads: dict[int, np.ndarray] = {}                # the unread rest of each run's current block
         while True:
-            live = [r for r in range(len(runs)) if pos[r] < len(runs[r][0])]
+            live = [r for r in range(len(runs)) if pos[r] < runs[r][0].n]
             if not live:
                 return
-            ends = {r: min(pos[r] + block, len(runs[r][0])) for r in live}
+            for r in live:
+                if len(heads.get(r, ())) == 0:
+                    heads[r] = runs[r][0].read(pos[r], min(block, runs[r][0].n - pos[r]))
             bound = None
             for r in live:
-                if ends[r] < len(runs[r][0]):
-                    last = runs[r][0][ends[r] - 1]
+                if pos[r] + len(heads[r]) < runs[r][0].n:
+                    last = heads[r][-1]
                     bound = last if bound is None or last < bound else bound
             keys, vals = [], []
             for r in live:
-                ks = runs[r][0][pos[r]:ends[r]]
+                ks = heads[r]
                 take = len(ks) if bound is None else int(np.searchsorted(ks, bound, side="right"))
-                keys.append(np.asarray(ks[:take]))
-                vals.append(np.asarray(runs[r][1][pos[r]:pos[r] + take]))
+                keys.append(ks[:take])
+                vals.append(runs[r][1].read(pos[r], take))
+                heads[r] = ks[take:]
                 pos[r] += take
             keys_cat, vals_cat = np.concatenate(keys), np.concatenate(vals)
             if len(keys_cat):
                 order = np.argsort(keys_cat, kind="stable")
-                yield keys_cat[order], vals_cat[order]
+                keys_cat, vals_cat = keys_cat[order], vals_cat[order]
+                for i in range(0, len(keys_cat), BLOCK):
+                    yield keys_cat[i:i + BLOCK], vals_cat[i:i + BLOCK]
 
     def close(self) -> None:
         """Remove the spilled runs."""

@@ -81,9 +81,7 @@ def write_key_index(path: str, blocks: Iterable[tuple[np.ndarray, np.ndarray]], 
         meta_db = env.open_db(b"meta")
         txn = env.begin(write=True, db=keys_db)
         since_commit = 0
-        for keys, vals in blocks:
-            if not len(keys):
-                continue
+        for keys, vals in _slices(blocks):
             klist = keys.tolist()
             vlist = vals.tolist()
             same = np.zeros(len(keys), bool)
@@ -120,6 +118,13 @@ def write_key_index(path: str, blocks: Iterable[tuple[np.ndarray, np.ndarray]], 
     finally:
         env.close()
     return stats
+
+
+def _slices(blocks: Iterable[tuple[np.ndarray, np.ndarray]], size: int = 1 << 16):
+    """The blocks cut to at most `size` pairs (each slice becomes Python objects for LMDB all at once)."""
+    for keys, vals in blocks:
+        for i in range(0, len(keys), size):
+            yield keys[i:i + size], vals[i:i + size]
 
 
 def keys_db_entries(txn: lmdb.Transaction, db) -> int:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import mmap
 import os
 import re
@@ -48,6 +49,8 @@ import numpy as np
 from vlmdata.plan.window_store import WindowPlan
 
 __all__ = ["PlanShare", "SharedWindows"]
+
+log = logging.getLogger(__name__)
 
 MAGIC = b"VLMPLAN1"
 _PRIVATE = re.compile(r"^vlmdata-plan-(\d+)-")
@@ -181,6 +184,7 @@ class SharedWindows:
         self.computed = 0
         self.mapped = 0
         self.plan_seconds = 0.0
+        self._warned = False
 
     def _open_counts(self) -> np.ndarray:
         path = os.path.join(self.directory, "counts")
@@ -249,14 +253,23 @@ class SharedWindows:
         plan = compute()
         self.plan_seconds += time.process_time() - t0
         self.computed += 1
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-w")
+        tmp = None
         try:
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-w")
             with os.fdopen(fd, "wb") as f:
                 for part in _encode(self.key, k, plan):
                     f.write(part)
             os.replace(tmp, self._path(k))
+        except OSError as exc:                  # e.g. a full /dev/shm: plan on, unshared
+            if tmp is not None and os.path.exists(tmp):
+                os.unlink(tmp)
+            if not self._warned:
+                log.warning("cannot share planned windows in %s (%s): other processes will plan them again",
+                            self.directory, exc)
+                self._warned = True
+            return plan
         except BaseException:
-            if os.path.exists(tmp):
+            if tmp is not None and os.path.exists(tmp):
                 os.unlink(tmp)
             raise
         self._counts[k] = plan.num_packs
