@@ -26,7 +26,9 @@ def items_as_data(items):
 def worker_schedule(share_root: str, key: str, worker: int, workers: int, out) -> None:
     """What DataLoader worker `worker` of `workers` yields (world 2, rank 1), planning through the share."""
     share = PlanShare.at(share_root)
-    p = EpochPlanner(corpus(), FIXED112, OPTS, 7, 1, store=lambda n: share.store(key, n))
+    # keep every window: these processes run free (DataLoader workers are held together by the consumer),
+    # so one may finish before another starts; windows evicted behind a laggard are planned again
+    p = EpochPlanner(corpus(), FIXED112, OPTS, 7, 1, store=lambda n: share.store(key, n, keep=n))
     out.put((worker, digest(items_as_data(rank_packs(p, 0, 2, 1, worker, workers))), p.store.computed))
 
 

@@ -18,10 +18,15 @@ window k's lock, looks again (another process may have just written it),
 and plans it, writes it under a temporary name, renames it into place and
 records its count. So each window is planned once per share, whatever the
 number of workers; the others wait for it or map it. Windows far behind the
-newest (more than `keep`) are deleted, so the share holds a few windows,
-not the epoch; a process that still needs a deleted one plans it again
-(the plan is a pure function, so every copy is the same: the header names
-the plan and window, and a test checks equality across processes).
+newest (more than `keep`, 16 by default: tens of MB) are deleted, so the
+share holds a few windows, not the epoch; a process that still needs a
+deleted one plans it again. The workers of a rank stay within a few packs of
+each other (the DataLoader takes their packs in turn and each runs at most
+`prefetch_factor` ahead) and ranks within a step (collectives), while a
+window holds thousands of packs, so that is rare; it costs CPU, never
+correctness: the plan is a pure function, so every copy is the same (the
+header names the plan and window, and a test checks equality across
+processes).
 
 `PlanShare.create()` makes a private share (one rank: removed when the
 process that made it exits; leftovers of killed processes are removed by
@@ -105,7 +110,7 @@ class PlanShare:
         os.makedirs(directory, exist_ok=True)
         return cls(os.path.abspath(directory))
 
-    def store(self, key: str, num_windows: int, keep: int = 8) -> SharedWindows:
+    def store(self, key: str, num_windows: int, keep: int = 16) -> SharedWindows:
         """The windows of plan `key` (e.g. '<fingerprint>-e<epoch>')."""
         if not _SAFE_KEY.match(key):
             raise ValueError(f"plan key {key!r} must be letters, digits, '_', '.' or '-'")
@@ -169,7 +174,7 @@ class SharedWindows:
     (windows it took from the share), `plan_seconds` (CPU seconds it spent planning).
     """
 
-    def __init__(self, directory: str, key: str, num_windows: int, keep: int = 8, cache: int = 4):
+    def __init__(self, directory: str, key: str, num_windows: int, keep: int = 16, cache: int = 4):
         self.directory = directory
         self.key = key
         self.num_windows = int(num_windows)
