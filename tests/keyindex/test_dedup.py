@@ -65,3 +65,14 @@ def test_the_same_stream_gives_the_same_decisions_after_a_restart(tmp_path):
         d.remove()
     assert decisions[0] == decisions[1]
     assert sum(m == IN_RUN for b in decisions[0] for m in b) > 50
+
+
+def test_runs_hold_no_copy_of_their_records_in_memory(tmp_path):
+    seen = SeenKeys(str(tmp_path / "s"), memtable=600, fanout=2)
+    for keys, rows in stream(5000, seed=5, repeat=0.0, batch=100):
+        seen.first_rows(keys, rows)
+    runs = seen._runs
+    assert runs and all(r.fence_hi.base is None and r.fence_lo.base is None for r in runs)
+    held = sum(r.filter.words.nbytes + r.fence_hi.nbytes + r.fence_lo.nbytes for r in runs)
+    assert held < 2 * len(seen)                          # ~1.3 bytes per key, not the 24-byte records
+    seen.remove()

@@ -135,8 +135,9 @@ class _RunWriter:
         if not len(records):
             return
         first = (-self.n) % BLOCK                      # first record of this chunk that starts a block
-        self.fences_hi.append(records["hi"][first::BLOCK])
-        self.fences_lo.append(records["lo"][first::BLOCK])
+        # copies: a strided view would keep the whole chunk alive until the run is closed
+        self.fences_hi.append(records["hi"][first::BLOCK].copy())
+        self.fences_lo.append(records["lo"][first::BLOCK].copy())
         self.filter.add(records["hi"], records["lo"])
         self.file.write(records.tobytes())
         self.n += len(records)
