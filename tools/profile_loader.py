@@ -122,7 +122,6 @@ def profile_stages(root: str, size: int, max_tokens: int, check: int = 20) -> di
 def _stages(ds, fetcher, decoder, check: int) -> dict:
     turbo = decoder.name == "turbo"
     clock = Clock()
-    cols = ds.corpus.columns
     readers: dict = {}
     window = None
     images = samples = packs = 0
@@ -131,8 +130,7 @@ def _stages(ds, fetcher, decoder, check: int) -> dict:
         if item.window != window:
             window, readers = item.window, {}
         records = []
-        for gid in item.samples.tolist():
-            shard = int(cols["shard"][gid])
+        for shard, row in zip(ds.corpus.shard_of(item.samples).tolist(), ds.corpus.local_of(item.samples).tolist()):
             reader = readers.get(shard)
             if reader is None:
                 i = ds.corpus.source_of_shard(shard)
@@ -146,7 +144,7 @@ def _stages(ds, fetcher, decoder, check: int) -> dict:
                 clock.stop()
                 reader = readers[shard] = src.reader(local, data)
             clock.start("slice")
-            records.append(reader(int(cols["local"][gid])))
+            records.append(reader(row))
             clock.stop()
         decoded = []
         for rec in records:

@@ -14,6 +14,8 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "FixedPolicy": "decode.policy", "DynamicPolicy": "decode.policy", "ImagePolicy": "decode.policy",
     # sharding and the dataset's description
     "ShardConfig": "ingest.shard", "shard_dataset": "ingest.shard", "Manifest": "formats.manifest",
+    # random access by sample key (keys.lmdb)
+    "lookup_sample": "keyindex.lookup", "find_samples": "keyindex.lookup",
     # metrics
     "MetricSet": "metrics.registry", "instrument": "metrics.loader_metrics", "serve_metrics": "metrics.server",
     # errors

@@ -142,6 +142,7 @@ class Skip:
     MARKER_MISMATCH = "marker_mismatch"        # <image> markers (or image tokens) != number of images
     TEMPLATE_ERROR = "template_error"          # the model's chat template rejects the conversation
     DUPLICATE_KEY = "duplicate_key"
+    DUPLICATE_IN_DATASET = "duplicate_in_dataset"   # the key is in a --dedup-against dataset
     # images (vlmdata shard / vlmdata index)
     EMPTY_FILE = "empty_file"
     NOT_AN_IMAGE = "not_an_image"

@@ -10,8 +10,11 @@ from pathlib import Path
 def moto_s3(bucket: str | None = None) -> Iterator[dict]:
     """A real S3 API on 127.0.0.1 (moto's server); yields s3fs storage_options.
 
-    With `bucket`, that bucket is created before the options are handed out.
+    Every server starts empty: moto keeps its buckets in process-wide state, so the previous server's
+    buckets are dropped first. With `bucket`, that bucket is created before the options are handed out.
     """
+    import urllib.request
+
     import s3fs
     from moto.server import ThreadedMotoServer
 
@@ -21,6 +24,8 @@ def moto_s3(bucket: str | None = None) -> Iterator[dict]:
     opts = {"endpoint_url": f"http://{host}:{port}", "key": "testing", "secret": "testing", "anon": False,
             "client_kwargs": {"region_name": "us-west-2"}}
     try:
+        urllib.request.urlopen(urllib.request.Request(f"{opts['endpoint_url']}/moto-api/reset", method="POST"),
+                               timeout=30).close()
         s3fs.S3FileSystem.clear_instance_cache()  # no filesystem cached for an earlier server's endpoint
         if bucket is not None:
             s3fs.S3FileSystem(skip_instance_cache=True, **opts).mkdir(bucket)

@@ -232,11 +232,11 @@ def test_announced_reads_match_each_workers_packs(corpus):
     for rank in (0, 1):
         ds = dataset(root, rank, 2)
         p = ds.planner()
-        shard = ds.corpus.columns["shard"]
+        shard = ds.corpus.shard_of
         for wid in range(3):
             items = list(rank_packs(p, 0, 2, rank, wid, 3))
             for k in range(p.num_windows):
-                reads = [int(x) for a in items if a.window == k for x in shard[a.samples]]
+                reads = [int(x) for a in items if a.window == k for x in shard(a.samples)]
                 first = next((a.step for a in items if a.window is not None and a.window >= k), wid)
                 assert ds._worker_reads(p, k, 0, first, 3) == list(dict.fromkeys(reads))
 

@@ -1,12 +1,24 @@
 """The epoch plan on synthetic planning columns (no I/O): coverage, budgets, purity, lazy windows, locality,
-overlong and image-heavy samples, mixing, dynamic-resolution lengths."""
+overlong and image-heavy samples, mixing, dynamic-resolution lengths; equality with the planner it replaced
+(recorded digests and the reference copy), reads of one window's shards only, resume from a window anchor."""
 from collections import Counter
 
 import pytest
 
 from tests.helpers.plan import FIXED112, planner, synthetic_columns
+from tests.helpers.plan_cases import (
+    CASES,
+    RECORDED,
+    SCHEDULES,
+    case_columns,
+    digest,
+    plan_options,
+    planner_facts,
+    schedule_items,
+)
+from tests.helpers.reference_plan import ReferenceCorpus, ReferencePlanner, reference_rank_packs
 from vlmdata.decode import DynamicPolicy, FixedPolicy
-from vlmdata.plan import Corpus, EpochPlanner, PlanOptions
+from vlmdata.plan import ArrayColumns, Corpus, EpochPlanner, LocalWindows, PlanOptions, rank_packs
 
 
 def all_packs(p):
@@ -121,3 +133,82 @@ def test_mix_samples_sets_epoch_length():
     assert abs(sum(i < n_a for i in flat) - 50.5) <= 1
     with pytest.raises(ValueError, match="weights"):
         Corpus.build([a, b], [sa, sb], [0.0, 0.0])
+
+
+# ---- the bounded-memory planner equals the planner it replaced ---------------------------------------
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_same_packs_order_drops_and_cursors_as_the_reference(case):
+    cols, sizes = case_columns(case)
+    opts = plan_options(case, PlanOptions)
+    corpus, ref = Corpus.build(cols, sizes, case.weights), ReferenceCorpus.build(cols, sizes, case.weights)
+    facts = planner_facts(EpochPlanner(corpus, case.policy, opts, 11, 2))
+    assert facts == planner_facts(ReferencePlanner(ref, case.policy, opts, 11, 2))
+    sched = [schedule_items(lambda: EpochPlanner(corpus, case.policy, opts, 11, 2), rank_packs, w, nw)
+             for w, nw in SCHEDULES]
+    # the digest recorded from the planner on main before it was replaced: packs, order, steps, cursors, drops
+    assert digest([facts, sched]) == RECORDED[case.name]
+
+
+class CountingColumns:
+    """ShardColumns over a dict that records which shards each read asks for."""
+
+    def __init__(self, cols, sizes):
+        self.inner = ArrayColumns(cols, sizes)
+        self.reads: list[list[int]] = []
+
+    def read_shards(self, shards):
+        self.reads.append(sorted(int(s) for s in shards))
+        return self.inner.read_shards(shards)
+
+
+def test_a_window_reads_only_its_own_shards():
+    cols, sizes = synthetic_columns(n_shards=40)
+    src = CountingColumns(cols, sizes)
+    p = EpochPlanner(Corpus.build([src], [sizes]), FIXED112, PlanOptions(max_tokens=2048, max_images=8, window_shards=4), 0, 0)
+    p.plan_window(3)
+    assert src.reads == [sorted(p.window_shards(3))]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.name in ("pack", "packless-windows", "mix-samples")],
+                         ids=lambda c: c.name)
+def test_resume_from_a_window_anchor_plans_one_or_two_windows_and_equals_the_reference(case):
+    cols, sizes = case_columns(case)
+    opts = plan_options(case, PlanOptions)
+    corpus, ref_corpus = Corpus.build(cols, sizes, case.weights), ReferenceCorpus.build(cols, sizes, case.weights)
+    full = EpochPlanner(corpus, case.policy, opts, 11, 2)
+    total = full.total()
+    starts = full.starts[:-1]
+    for cursor in sorted({starts[1], starts[len(starts) // 2], starts[-1], total // 3, total // 2 + 1, total - 2}):
+        anchor = full.anchor_for(cursor)
+        assert anchor[1] <= cursor
+        for world, workers in ((3, 2),):
+            store = LocalWindows()
+            resumed = [list(rank_packs(EpochPlanner(corpus, case.policy, opts, 11, 2, store=store, anchor=anchor),
+                                       cursor, world, r, w, workers)) for r in range(world) for w in range(workers)]
+            ref = ReferencePlanner(ref_corpus, case.policy, opts, 11, 2)
+            expected = [list(reference_rank_packs(ref, cursor, world, r, w, workers))
+                        for r in range(world) for w in range(workers)]
+            as_data = lambda items: [[a.samples.tolist(), a.step, a.cursor, a.window, sorted(a.dropped.items())]  # noqa: E731
+                                     for a in items]
+            assert [as_data(x) for x in resumed] == [as_data(x) for x in expected]
+        # only the windows from the anchor on were planned to get the first pack
+        first = EpochPlanner(corpus, case.policy, opts, 11, 2, store=LocalWindows(), anchor=anchor)
+        if cursor < total:
+            first.pack_samples(cursor)
+            assert first.store.computed <= 3 + sum(1 for c in full.counts if c == 0)
+            assert first.planned_windows <= first.num_windows - anchor[0]
+
+
+def test_pack_before_the_anchor_is_planned_backward_and_a_wrong_anchor_is_refused():
+    cols, sizes = synthetic_columns()
+    full = planner(cols, sizes)
+    full.total()
+    k = 4
+    late = EpochPlanner(full.corpus, FIXED112, full.options, 0, 0, anchor=(k, full.starts[k]))
+    assert late.locate(3) == full.locate(3) and late.pack_samples(3)[0].tolist() == full.pack_samples(3)[0].tolist()
+    assert late.window_range(0) == (0, full.starts[1])
+    wrong = EpochPlanner(full.corpus, FIXED112, full.options, 0, 0, anchor=(k, full.starts[k] + 5))
+    with pytest.raises(ValueError, match="anchor"):
+        wrong.locate(0)
+    with pytest.raises(ValueError, match="anchor"):
+        EpochPlanner(full.corpus, FIXED112, full.options, 0, 0, anchor=(full.num_windows + 1, 0))

@@ -15,7 +15,7 @@ from importlib.metadata import entry_points
 
 # Each module defines `register(subparsers)`, which adds its subcommand and sets
 # `func(args) -> int` as the handler.
-COMMAND_MODULES = ("shard", "index", "retokenize", "inspect_dataset", "tune", "cache_daemon", "dashboard")
+COMMAND_MODULES = ("shard", "index", "retokenize", "inspect_dataset", "show", "tune", "cache_daemon", "dashboard")
 PLUGIN_GROUP = "vlmdata.commands"
 
 

@@ -9,6 +9,7 @@ from vlmdata.cli.tune import parse_size
 from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS
 from vlmdata.ingest.index_foreign import IndexConfig, index_dataset
+from vlmdata.keyindex.build import rebuild_keys
 
 
 def register(subparsers) -> None:
@@ -24,6 +25,9 @@ def register(subparsers) -> None:
     p.add_argument("--max-member-bytes", type=parse_size, default=DEFAULT_MAX_IMAGE_BYTES,
                    help="skip samples with an image or text member larger than this, unread (default 64M)")
     p.add_argument("--storage-options", default=None, help="fsspec storage options as JSON, or @file.json")
+    p.add_argument("--rebuild-keys", action="store_true",
+                   help="only (re)build the dataset's key index keys.lmdb from its shard indices (any vlmdata "
+                        "dataset; the shards are not read)")
     p.set_defaults(func=run)
 
 
@@ -33,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.rebuild_keys:
+        return _rebuild_keys(args.root, so)
     cfg = IndexConfig(root=args.root, text=args.text, json_field=args.json_field, tokenizer=args.tokenizer,
                       workers=args.workers, max_image_pixels=args.max_image_pixels, storage_options=so,
                       max_member_bytes=args.max_member_bytes)
@@ -43,4 +49,19 @@ def run(args: argparse.Namespace) -> int:
     print(f"indexed {st['shards_found']} shards ({manifest.total_bytes / 1e6:.1f} MB): {st['samples']} samples, "
           f"{st['images']} images in {dt:.1f}s ({manifest.total_bytes / 1e6 / max(dt, 1e-9):.0f} MB/s); "
           f"skipped {skipped_summary(st)}; text from .{manifest.layout['text']}")
+    return 0
+
+
+def _rebuild_keys(root: str, so: dict) -> int:
+    try:
+        stats, dt = run_with_progress(lambda update: rebuild_keys(root, so, progress=update))
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if stats is None:
+        return 2
+    dups = f"; {stats['duplicates']} duplicate keys (e.g. {', '.join(stats['duplicate_examples'])})" \
+        if stats["duplicates"] else ""
+    print(f"wrote {root.rstrip('/')}/keys.lmdb: {stats['entries']} keys in {dt:.1f}s "
+          f"({stats['entries'] / max(dt, 1e-9):,.0f} keys/s){dups}")
     return 0

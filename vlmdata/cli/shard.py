@@ -72,6 +72,9 @@ def register(subparsers) -> None:
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync local files before renaming them (faster; a killed run still leaves no "
                         "torn file, a power loss may)")
+    p.add_argument("--dedup-against", nargs="+", action="extend", default=[], metavar="DATASET",
+                   help="skip rows whose key is already in these datasets (their keys.lmdb), counted as "
+                        "duplicate_in_dataset")
     p.add_argument("--progress-interval", type=float, default=0.2,
                    help="seconds between a running job's progress reports to the bar (terminal only)")
     p.set_defaults(func=run)
@@ -96,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
                       family=args.family, view=args.view, image_root=args.image_root,
                       allow_remote=args.allow_remote,
                       allow_hosts=tuple(h.strip() for arg in args.allow_host for h in arg.split(",") if h.strip()),
-                      max_image_bytes=args.max_image_bytes, remote_timeout=args.remote_timeout, verify=args.verify)
+                      max_image_bytes=args.max_image_bytes, remote_timeout=args.remote_timeout, verify=args.verify,
+                      dedup_against=args.dedup_against)
     interval = max(0.0, args.progress_interval)
     manifest, dt = run_with_progress(lambda update: shard_dataset(cfg, progress=update, progress_interval=interval))
     if manifest is None:

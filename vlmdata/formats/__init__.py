@@ -6,6 +6,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "MemberCheck": "index_checks", "check_index_file": "index_checks", "memmap_bad_rows": "index_checks",
     "Manifest": "manifest", "PLANNING_NAME": "manifest", "ShardInfo": "manifest",
     "MAGIC": "memmap", "MemmapPartWriter": "memmap", "MemmapShard": "memmap", "TRAILER": "memmap",
+    "PLANNING_COLUMNS": "planning", "PlanningColumns": "planning", "PlanningWriter": "planning",
     "EncodedImage": "sample", "read_sample": "sample", "safe_key": "sample", "text_decoder_for": "sample",
     "tokens_from_npy": "sample", "tokens_to_npy": "sample", "write_sample": "sample",
     "IndexBuilder": "sample_index", "SampleIndex": "sample_index", "concat_planning_columns": "sample_index",

@@ -9,6 +9,8 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "prepare_image": "images", "sniff": "images", "verify_decodes": "images",
     "IndexConfig": "index_foreign", "index_dataset": "index_foreign",
     "inspect_dataset": "inspection",
+    "write_dataset_tables": "finalize",
+    "RenderedText": "show", "render_text": "show", "sample_report": "show", "show_samples": "show",
     "INPUT_FORMATS": "readers", "INPUT_FORMAT_ALIASES": "readers", "detect_format": "readers",
     "iter_json_array": "json_array", "resolve_input": "readers",
     "ColumnSpec": "records", "normalize": "records",

@@ -6,7 +6,7 @@ uncompressed stream for gzip shards: the manifest's layout then says
 `"compression": "gzip"`), image headers give sizes, the text member (`.txt`,
 or a field of `.json`) gives the token count. Written next to each shard:
 its `.index.npz` and, for plain tars, a DALI `.idx`; at the root, the
-manifest and `planning.npz`. The tars are never rewritten. Samples that
+manifest, `planning.npz` and `keys.lmdb` (ingest.finalize). The tars are never rewritten. Samples that
 cannot be used (no text, bad image, duplicate key in the shard) are left out
 of the index and counted by reason.
 
@@ -21,7 +21,6 @@ is a `link_member`; one with a name that is not UTF-8 a `bad_member_name`.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import multiprocessing
 import os
@@ -30,18 +29,17 @@ import zlib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 from fsspec.core import url_to_fs
 
 from vlmdata import fsutil
 from vlmdata.errors import ConfigError, ImageProblem, Skip, TarFormatError
 from vlmdata.formats.dali_idx import Member, format_index
-from vlmdata.formats.manifest import PLANNING_NAME, Manifest, ShardInfo
-from vlmdata.formats.sample_index import IndexBuilder, SampleIndex, concat_planning_columns
+from vlmdata.formats.manifest import Manifest, ShardInfo
+from vlmdata.formats.sample_index import IndexBuilder
 from vlmdata.formats.tar_scan import CountingReader, TarEntry, is_utf8_name, scan_tar, split_key
 from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES
+from vlmdata.ingest.finalize import write_dataset_tables
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, MAX_IMAGES_PER_SAMPLE, check_image
-from vlmdata.ingest.keyset import KeySet
 from vlmdata.text.tokenizer import encode_conversation, load_tokenizer
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
@@ -342,12 +340,7 @@ def index_dataset(cfg: IndexConfig, progress=None) -> Manifest:
 def _write_manifest(cfg: IndexConfig, results: list[dict], layout: dict, tokenizer: dict, seconds: float) -> Manifest:
     so = cfg.storage_options
     shards = [ShardInfo(**r["shard"]) for r in results if r["shard"]["samples"]]
-    indices = [SampleIndex.load(fsutil.join(cfg.root, s.index), so) for s in shards]
-    keys = KeySet()
-    cross = [k for ix in indices for k in ix.keys() if not keys.add(k)]
-    buf = io.BytesIO()
-    np.savez(buf, **concat_planning_columns(indices))
-    fsutil.atomic_write_bytes(fsutil.join(cfg.root, PLANNING_NAME), buf.getvalue(), so)
+    keys = write_dataset_tables(cfg.root, shards, so)
     skipped: dict[str, int] = {}
     examples: dict[str, dict] = {}
     for r in results:
@@ -357,7 +350,7 @@ def _write_manifest(cfg: IndexConfig, results: list[dict], layout: dict, tokeniz
     stats = {"input_rows": sum(r["rows"] for r in results), "samples": sum(s.samples for s in shards),
              "images": sum(s.images for s in shards), "skipped": dict(sorted(skipped.items())),
              "skipped_total": sum(skipped.values()), "examples": examples, "shards_found": len(results),
-             "duplicate_keys_across_shards": len(cross), "duplicate_key_examples": cross[:5],
+             "duplicate_keys_across_shards": keys["duplicates"], "duplicate_key_examples": keys["duplicate_examples"],
              "seconds": round(seconds, 3), "indexed_in_place": True,
              "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     manifest = Manifest(kind="webdataset", shards=shards, tokenizer=tokenizer, layout=layout, stats=stats)

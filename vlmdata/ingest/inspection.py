@@ -1,31 +1,45 @@
 """`inspect_dataset`: what a user checks before training, as plain text.
 
 Counts, histograms of tokens per sample, images per sample and image sizes
-(from the planning columns, no shard is decoded), skipped samples by reason
-with an example each, and a few samples rendered as text.
+(from the planning columns, read a few thousand shards at a time, so a
+dataset of any size fits in memory; no shard is decoded), skipped samples
+by reason with an example each, and a few samples rendered as text.
 """
 from __future__ import annotations
 
-import io
+from collections.abc import Iterator
 
 import numpy as np
 
 from vlmdata import fsutil
 from vlmdata.formats.manifest import PLANNING_NAME, Manifest
+from vlmdata.formats.planning import PlanningColumns
 from vlmdata.formats.sample import read_sample, text_decoder_for
 from vlmdata.formats.sample_index import SampleIndex, concat_planning_columns
 from vlmdata.text.tokenizer import load_tokenizer
 
 BAR = 40
+SHARDS_AT_ONCE = 2000
+TOKEN_EDGES = [0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
+IMAGE_EDGES = [0, 1, 2, 3, 5, 9]
+SIZE_EDGES = [0, 128, 256, 512, 768, 1024, 1536, 2048, 4096]
+
+
+def _bins(edges: list[int]) -> list[int]:
+    return list(edges) + [np.iinfo(np.int64).max]
 
 
 def histogram(values: np.ndarray, edges: list[int], unit: str) -> list[str]:
     """Text histogram with bins [edges[i], edges[i+1])."""
     values = np.asarray(values)
-    if not len(values):
+    return histogram_lines(np.histogram(values, bins=_bins(edges))[0] if len(values) else None, edges, unit)
+
+
+def histogram_lines(counts: np.ndarray | None, edges: list[int], unit: str) -> list[str]:
+    """Text histogram of counts per bin [edges[i], edges[i+1]) (None or all zero: none)."""
+    if counts is None or not counts.sum():
         return ["  (none)"]
-    bins = list(edges) + [np.iinfo(np.int64).max]
-    counts = np.histogram(values, bins=bins)[0]
+    bins = _bins(edges)
     top = max(int(counts.max()), 1)
     lines = []
     for lo, hi, c in zip(bins[:-1], bins[1:], counts):
@@ -34,12 +48,32 @@ def histogram(values: np.ndarray, edges: list[int], unit: str) -> list[str]:
     return lines
 
 
-def _planning(root: str, manifest: Manifest, so: dict) -> dict:
+def _planning(root: str, manifest: Manifest, so: dict) -> Iterator[dict]:
+    """The planning columns of a few thousand shards at a time (from the shard indices if planning.npz is
+    missing)."""
     url = fsutil.join(root, PLANNING_NAME)
+    shards = manifest.shards
     if fsutil.exists(url, so):
-        with np.load(io.BytesIO(fsutil.read_bytes(url, so)), allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    return concat_planning_columns([SampleIndex.load(fsutil.join(root, s.index), so) for s in manifest.shards])
+        pc = PlanningColumns(url, [s.samples for s in shards], [s.images for s in shards], so)
+        for a in range(0, len(shards), SHARDS_AT_ONCE):
+            yield pc.read_shards(np.arange(a, min(a + SHARDS_AT_ONCE, len(shards))))
+        return
+    for a in range(0, len(shards), SHARDS_AT_ONCE):
+        part = shards[a:a + SHARDS_AT_ONCE]
+        yield concat_planning_columns([SampleIndex.load(fsutil.join(root, s.index), so) for s in part])
+
+
+def _column_histograms(root: str, manifest: Manifest, so: dict) -> tuple[int, dict[str, np.ndarray]]:
+    """(text tokens in all, counts per bin of text tokens, images and longest image side per sample/image)."""
+    counts = {"tokens": np.zeros(len(TOKEN_EDGES), np.int64), "images": np.zeros(len(IMAGE_EDGES), np.int64),
+              "sizes": np.zeros(len(SIZE_EDGES), np.int64)}
+    total = 0
+    for cols in _planning(root, manifest, so):
+        total += int(cols["text_tokens"].sum(dtype=np.int64))
+        counts["tokens"] += np.histogram(cols["text_tokens"], bins=_bins(TOKEN_EDGES))[0]
+        counts["images"] += np.histogram(cols["n_images"], bins=_bins(IMAGE_EDGES))[0]
+        counts["sizes"] += np.histogram(np.maximum(cols["width"], cols["height"]), bins=_bins(SIZE_EDGES))[0]
+    return total, counts
 
 
 def render_tokens(tok, tokens: np.ndarray, sizes: list[tuple[int, int]], limit: int = 400) -> str:
@@ -132,22 +166,22 @@ def inspect_dataset(root: str, storage_options: dict | None = None, samples: int
     """The report as text."""
     so = storage_options or {}
     m = Manifest.load(root, so)
-    cols = _planning(root, m, so)
+    text_tokens, counts = _column_histograms(root, m, so)
     st = m.stats
     lines = [f"dataset {root}",
              f"  kind {m.kind}, format version {m.version}, {len(m.shards)} shards, {m.total_bytes / 1e6:.1f} MB",
-             f"  samples {m.num_samples}, images {m.num_images}, text tokens {int(cols['text_tokens'].sum())}",
+             f"  samples {m.num_samples}, images {m.num_images}, text tokens {text_tokens}",
              f"  tokenizer {m.tokenizer.get('model') or m.tokenizer.get('name')}, layout {m.layout}"
              + (f", text views {', '.join(m.views)} (default {m.default_view})" if m.views else "")
              + (f", image policy {m.image_policy}" if m.image_policy else "")]
     if "input_rows" in st:
         lines.append(f"  input rows {st['input_rows']}: written {st.get('samples')}, skipped {st.get('skipped_total', 0)}")
     lines.append("\ntext tokens per sample")
-    lines += histogram(cols["text_tokens"], [0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192], "tok")
+    lines += histogram_lines(counts["tokens"], TOKEN_EDGES, "tok")
     lines.append("\nimages per sample")
-    lines += histogram(cols["n_images"], [0, 1, 2, 3, 5, 9], "img")
+    lines += histogram_lines(counts["images"], IMAGE_EDGES, "img")
     lines.append("\nimage size (longest side, original pixels)")
-    lines += histogram(np.maximum(cols["width"], cols["height"]), [0, 128, 256, 512, 768, 1024, 1536, 2048, 4096], "px")
+    lines += histogram_lines(counts["sizes"], SIZE_EDGES, "px")
     lines.append("\nskipped samples by reason")
     skipped = st.get("skipped", {})
     if not skipped:

@@ -128,6 +128,8 @@ class _Sampler:
             raise RowProblem(Skip.BAD_ROW, row.error)
         if row.duplicate:
             raise RowProblem(Skip.DUPLICATE_KEY, f"id {row.id!r} seen earlier in this run")
+        if row.duplicate_in:
+            raise RowProblem(Skip.DUPLICATE_IN_DATASET, f"id {row.id!r} is already in {row.duplicate_in}")
         opts = self.opts
         source = opts.sources[row.source]
         root = opts.access.root_for(source.base, source.format == "folder")

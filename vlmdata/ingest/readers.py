@@ -38,6 +38,7 @@ class Row:
     error: str | None = None
     id: str = ""               # source id, set by the sharder (see ingest.shard)
     duplicate: bool = False    # an earlier row of this run had the same key
+    duplicate_in: str | None = None   # a --dedup-against dataset that already holds the key
 
 
 @dataclass(frozen=True)

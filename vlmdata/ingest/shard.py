@@ -1,41 +1,44 @@
 """`shard_dataset(ShardConfig) -> Manifest`: raw inputs to indexed shards, resumable.
 
-Flow: the inputs are read as one row stream (bounded memory); each row gets
-its source id and a duplicate flag (first occurrence of a key in the run
-wins; later ones are skipped as "duplicate_key", see KeySet); the stream is
-cut into jobs of `max_samples_per_shard` rows; an engine runs the jobs with
-a bounded number in flight; finally the per-job stats are merged into
-`manifest.json` and the planning columns into `planning.npz`.
+Flow: the inputs are read as one row stream (bounded memory); the stream is
+cut into jobs of `max_samples_per_shard` rows, and each job's rows get their
+source ids and duplicate flags (first occurrence of a key in the run wins;
+later ones are skipped as "duplicate_key"; keys already in a `dedup_against`
+dataset as "duplicate_in_dataset"; keyindex.dedup: a log-structured key set
+on disk, bounded memory); an engine runs the jobs with a bounded number in flight; finally
+the shard indices are streamed into `planning.npz` and `keys.lmdb`
+(ingest.finalize) and the per-job stats merged into `manifest.json`.
 With `resume`, jobs whose stats file exists and whose shards have the
 recorded sizes are not run again (their rows are still streamed, for the
 duplicate check and the job numbering).
 """
 from __future__ import annotations
 
-import io
+import hashlib
 import json
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 from fsspec.core import url_to_fs
 
 from vlmdata import fsutil
 from vlmdata.errors import ConfigError, EmptyDatasetError, Skip
-from vlmdata.formats.manifest import MANIFEST_NAME, PLANNING_NAME, Manifest
+from vlmdata.formats.manifest import MANIFEST_NAME, Manifest
 from vlmdata.formats.sample import safe_key
-from vlmdata.formats.sample_index import SampleIndex, concat_planning_columns
 from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_REMOTE_TIMEOUT, AccessPolicy
 from vlmdata.ingest.engine import ENGINES, run_jobs
+from vlmdata.ingest.finalize import write_dataset_tables
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, ImageOptions
 from vlmdata.ingest.job import JOBS_DIR, VERIFY_MODES, JobOptions, JobSpec, JobStats, job_stats_name
-from vlmdata.ingest.keyset import KeySet
 from vlmdata.ingest.readers import InputSource, Row, describe_input, format_names, iter_rows, open_inputs
 from vlmdata.ingest.records import ColumnSpec, row_id
+from vlmdata.keyindex.build import open_dataset_keys
+from vlmdata.keyindex.dedup import IN_RUN, RunDedup
 from vlmdata.text.encoder import load_text_encoder
 from vlmdata.text.model_folder import is_model_folder
 
@@ -73,6 +76,7 @@ class ShardConfig:
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
     remote_timeout: float = DEFAULT_REMOTE_TIMEOUT
     verify: str = "header"                       # "decode": fully decode every image (--verify decode)
+    dedup_against: list[str] = field(default_factory=list)   # datasets whose keys are skipped as duplicates
 
     def access(self) -> AccessPolicy:
         """The data-access policy of this run (see ingest.access)."""
@@ -82,6 +86,9 @@ class ShardConfig:
         return AccessPolicy(image_root=root, allow_remote=self.allow_remote,
                             allow_hosts=tuple(self.allow_hosts), max_bytes=self.max_image_bytes,
                             timeout=self.remote_timeout)
+
+
+SEEN_KEYS = "seen-keys"
 
 
 def view_name(spec: str | None, name: str | None) -> str:
@@ -131,11 +138,32 @@ def _fingerprint(cfg: ShardConfig, sources: list[InputSource], tokenizer: dict) 
 
 
 def _settings(cfg: ShardConfig, sources: list[InputSource], tokenizer: dict) -> dict:
-    return {"inputs": [asdict(s) for s in sources], "format": cfg.format, "image_size": cfg.image_size,
-            "max_samples_per_shard": cfg.max_samples_per_shard, "max_shard_bytes": cfg.max_shard_bytes,
-            "tokenizer": tokenizer, "resize_max_side": cfg.resize_max_side, "quality": cfg.quality,
-            "max_image_pixels": cfg.max_image_pixels, "columns": asdict(cfg.columns), "train_on": cfg.train_on,
-            "access": asdict(cfg.access()), "verify": cfg.verify}
+    settings = {"inputs": [asdict(s) for s in sources], "format": cfg.format, "image_size": cfg.image_size,
+                "max_samples_per_shard": cfg.max_samples_per_shard, "max_shard_bytes": cfg.max_shard_bytes,
+                "tokenizer": tokenizer, "resize_max_side": cfg.resize_max_side, "quality": cfg.quality,
+                "max_image_pixels": cfg.max_image_pixels, "columns": asdict(cfg.columns), "train_on": cfg.train_on,
+                "access": asdict(cfg.access()), "verify": cfg.verify}
+    if cfg.dedup_against:
+        settings["dedup_against"] = list(cfg.dedup_against)
+    return settings
+
+
+def _open_dedup(cfg: ShardConfig) -> RunDedup:
+    """The run's key set (files in _jobs/ for a local output, else in the temp dir; a resumed run rebuilds
+    it from the start of the stream, reaching the same decisions) and the key indices of the
+    `dedup_against` datasets; ConfigError if one of those has no usable key index."""
+    against = []
+    for root in cfg.dedup_against:
+        try:
+            against.append((root, open_dataset_keys(root, None, cfg.storage_options)))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--dedup-against {root}: {exc}") from exc
+    if fsutil.is_local(cfg.output):
+        path = os.path.join(fsutil.local_path(cfg.output), JOBS_DIR, SEEN_KEYS)
+    else:
+        digest = hashlib.sha1(cfg.output.encode()).hexdigest()[:16]
+        path = os.path.join(tempfile.gettempdir(), f"vlmdata-seen-keys-{digest}")
+    return RunDedup(path, against)
 
 
 def _prepare_output(cfg: ShardConfig, fingerprint: dict) -> None:
@@ -189,14 +217,16 @@ def _job_is_done(output: str, job: int, so: dict) -> JobStats | None:
 class _JobStream:
     """Cuts the row stream into JobSpecs, assigning ids and duplicate flags on the way."""
 
-    def __init__(self, cfg: ShardConfig, sources: list[InputSource], on_resumed: Callable[[dict], None]):
+    def __init__(self, cfg: ShardConfig, sources: list[InputSource], on_resumed: Callable[[dict], None],
+                 dedup: RunDedup):
         self.cfg = cfg
         self.sources = sources
         self.on_resumed = on_resumed
-        self.keys = KeySet()
+        self.dedup = dedup
         self.jobs = 0
+        self.rows = 0                  # rows streamed so far: a row's number in the run
 
-    def _tag(self, row: Row) -> Row:
+    def _name(self, row: Row) -> Row:
         if row.data is None:
             row.id = f"{os.path.basename(self.sources[row.source].url.rstrip('/'))}:{row.number}"
             return row
@@ -204,14 +234,23 @@ class _JobStream:
         if len(self.sources) > 1:
             fallback = f"i{row.source}-{fallback}"
         row.id = row_id(row.data, self.cfg.columns, fallback)
-        row.duplicate = not self.keys.add(safe_key(row.id))
         return row
+
+    def _mark(self, rows: list[Row], first: int) -> None:
+        """Duplicate flags for a job's rows (rows first .. first + len - 1 of the run)."""
+        keyed = [(r, first + i) for i, r in enumerate(rows) if r.data is not None]
+        marks = self.dedup.mark([safe_key(r.id) for r, _ in keyed], [n for _, n in keyed])
+        for (r, _), mark in zip(keyed, marks):
+            if mark == IN_RUN:
+                r.duplicate = True
+            elif mark is not None:
+                r.duplicate_in = mark
 
     def __iter__(self) -> Iterator[JobSpec]:
         n = self.cfg.max_samples_per_shard
         batch: list[Row] = []
         for row in iter_rows(self.sources, self.cfg.storage_options):
-            batch.append(self._tag(row))
+            batch.append(self._name(row))
             if len(batch) == n:
                 yield from self._emit(batch)
                 batch = []
@@ -219,6 +258,8 @@ class _JobStream:
             yield from self._emit(batch)
 
     def _emit(self, rows: list[Row]) -> Iterator[JobSpec]:
+        self._mark(rows, self.rows)
+        self.rows += len(rows)
         job = self.jobs
         self.jobs += 1
         if self.cfg.resume:
@@ -247,6 +288,8 @@ def _empty_error(cfg: ShardConfig, sources: list[InputSource], results: list[dic
     msg = f"all {rows} input rows were skipped ({reasons}) in {found}"
     if example is not None:
         msg += f"; e.g. row {example[1]['row']} ({example[0]}): {example[1]['detail']}"
+    if set(skipped) <= {Skip.DUPLICATE_KEY, Skip.DUPLICATE_IN_DATASET}:
+        return EmptyDatasetError(f"{msg}; every row is a duplicate: nothing new to shard")
     if Skip.MISSING_TEXT in skipped and any(s.format == "folder" for s in sources):
         msg += "; an image folder needs a .txt caption beside each image"
     elif Skip.OUTSIDE_ROOT in skipped or Skip.REMOTE_NOT_ALLOWED in skipped:
@@ -282,10 +325,7 @@ def _build_manifest(cfg: ShardConfig, results: list[dict], tokenizer: dict, extr
     so = cfg.storage_options
     results.sort(key=lambda r: r["job"])
     shards = [s for r in results for s in JobStats(**r).shard_infos()]
-    indices = [SampleIndex.load(fsutil.join(cfg.output, s.index), so) for s in shards]
-    buf = io.BytesIO()
-    np.savez(buf, **concat_planning_columns(indices))
-    fsutil.atomic_write_bytes(fsutil.join(cfg.output, PLANNING_NAME), buf.getvalue(), so, cfg.fsync)
+    write_dataset_tables(cfg.output, shards, so, cfg.fsync)
     skipped: dict[str, int] = {}
     examples: dict[str, dict] = {}
     for r in results:
@@ -353,7 +393,9 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
             raise ConfigError(f"--format memmap stores {cfg.image_size}px images, but the {tokenizer['family']} "
                               f"model's image policy is {policy}; use --format wds for this model")
     sources = open_inputs(cfg.inputs, cfg.input_format, cfg.storage_options)
-    _prepare_output(cfg, _fingerprint(cfg, sources, tokenizer))
+    fingerprint = _fingerprint(cfg, sources, tokenizer)
+    _prepare_output(cfg, fingerprint)
+    dedup = _open_dedup(cfg)
     workers = (os.cpu_count() or 1) if cfg.workers is None else cfg.workers
     opts = JobOptions(output=cfg.output, sources=tuple(sources), format=cfg.format, image_size=cfg.image_size,
                       max_shard_bytes=cfg.max_shard_bytes,
@@ -373,9 +415,12 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
         resumed.append(r["job"])
         done(r)
 
-    stream = _JobStream(cfg, sources, resumed_job)
-    run_jobs(cfg.engine, iter(stream), opts, workers, done, executor,
-             tracker.partial if progress is not None else None, progress_interval)
+    stream = _JobStream(cfg, sources, resumed_job, dedup)
+    try:
+        run_jobs(cfg.engine, iter(stream), opts, workers, done, executor,
+                 tracker.partial if progress is not None else None, progress_interval)
+    finally:
+        dedup.remove()                  # a resumed run rebuilds it from the start of the stream
     if sum(r["written"] for r in results) == 0:
         _remove_run_state(cfg.output, cfg.storage_options)
         raise _empty_error(cfg, sources, results)
@@ -383,6 +428,7 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
     extra = {"seconds": round(seconds, 3), "engine": cfg.engine, "workers": workers,
              "resumed_jobs": len(resumed), "inputs": [s.url for s in sources],
              "input_formats": [s.format for s in sources],
+             **({"dedup_against": list(cfg.dedup_against)} if cfg.dedup_against else {}),
              "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     manifest = _merge(cfg, results, tokenizer, extra)
     log.debug("sharded %d rows in %.1fs", manifest.stats["input_rows"], seconds)

@@ -23,6 +23,7 @@ import os
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
@@ -38,6 +39,7 @@ from vlmdata.errors import (
     ShardReadError,
     Skip,
 )
+from vlmdata.keyindex.lookup import FoundSample, find_samples
 from vlmdata.loading.collate import CollateConfig
 from vlmdata.loading.pack_build import build_pack
 from vlmdata.loading.shard_source import Source, open_source
@@ -46,6 +48,7 @@ from vlmdata.loading.text_views import check_text_views, choose_policy
 from vlmdata.metrics.counts import StatsDelta, take_fetch_stats
 from vlmdata.plan.assign import rank_packs
 from vlmdata.plan.epoch import Corpus, EpochPlanner, PlanOptions
+from vlmdata.plan.shared import PlanShare
 from vlmdata.retry import RetryPolicy
 from vlmdata.text.families.base import FamilySpec
 
@@ -70,6 +73,9 @@ class DatasetOptions:
     verify_index: check every shard index against its shard (the shard's checksum, each sample's tar
         member names and sizes; vlmdata.formats.index_checks). Off only to measure the checks' cost or for
         tars whose member names another tool wrote in a way the check does not understand.
+    plan_dir: a directory shared by all ranks of a node (e.g. /dev/shm/vlmdata-plans): each window of
+        the epoch is then planned once per node. Default: a private directory per rank (made when the
+        dataset is created, before its DataLoader workers start), so each window is planned once per rank.
     """
 
     mode: str = "pack"
@@ -80,6 +86,7 @@ class DatasetOptions:
     mix_samples: int | None = None
     retry: RetryPolicy | None = None
     verify_index: bool = True
+    plan_dir: str | None = None
 
 
 def _resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -159,7 +166,7 @@ class VLMDataset(IterableDataset):
         self.plan_options = PlanOptions(max_tokens=int(max_tokens), max_images=int(max_images),
                                         window_shards=self.options.window_shards, mode=self.options.mode,
                                         overlong=self.options.overlong, mix_samples=self.options.mix_samples)
-        self.corpus = Corpus.build([s.columns for s in self.sources], [s.shard_sizes() for s in self.sources],
+        self.corpus = Corpus.build([s.planning for s in self.sources], [s.shard_sizes() for s in self.sources],
                                    [w for _, w in specs])
         special = self.sources[0].tokenizer.get("special", {})
         self.collate_config = CollateConfig(policy=self.policy, image_token_id=int(special.get("image", 258)),
@@ -169,6 +176,8 @@ class VLMDataset(IterableDataset):
         self._epoch = 0
         self._cursor = 0
         self._worker_resume: dict | None = None
+        self._anchor: tuple[int, int] | None = None    # a window known to start at or before the cursor
+        self._plan_share = PlanShare.at(self.options.plan_dir) if self.options.plan_dir else PlanShare.create()
         self._last_state: dict | None = None
         self._progress: dict | None = None          # worker-side position, for StatefulDataLoader
         self._fetcher = None
@@ -221,23 +230,27 @@ class VLMDataset(IterableDataset):
         if int(epoch) != self._epoch:
             self._epoch, self._cursor = int(epoch), 0
             self._worker_resume = None
+            self._anchor = None
             self._last_state = None
             self._publish_position()
 
-    def _state(self, cursor: int) -> dict:
-        return {"version": STATE_VERSION, "epoch": self._epoch, "cursor": int(cursor), "seed": self.seed,
-                "world_size": self.world_size, "fingerprint": self.fingerprint}
+    def _state(self, cursor: int, window: tuple[int, int] | None = None) -> dict:
+        state = {"version": STATE_VERSION, "epoch": self._epoch, "cursor": int(cursor), "seed": self.seed,
+                 "world_size": self.world_size, "fingerprint": self.fingerprint}
+        if window is not None and window[1] <= cursor:
+            state["window"] = [int(window[0]), int(window[1])]   # resume plans from here, not from window 0
+        return state
 
     def state_dict(self) -> dict:
         """Plain-data resume point. In a DataLoader worker (StatefulDataLoader) it also says
         where this worker is, so that each worker resumes with its own next pack."""
         info = get_worker_info()
         if info is None:
-            return dict(self._last_state) if self._last_state else self._state(self._cursor)
+            return dict(self._last_state) if self._last_state else self._state(self._cursor, self._anchor)
         progress = self._progress or {"base": self._cursor, "next_step": info.id, "cursor": self._cursor}
         if self._worker_resume and self._progress is None:
             progress = dict(self._worker_resume, cursor=self._worker_resume["base"])
-        state = self._state(progress["cursor"])
+        state = self._state(progress["cursor"], progress.get("window", self._anchor))
         state["worker"] = {"id": info.id, "num_workers": info.num_workers, "base": progress["base"],
                            "next_step": progress["next_step"]}
         return state
@@ -253,6 +266,8 @@ class VLMDataset(IterableDataset):
         self._cursor = int(state["cursor"])
         self._last_state = None
         self._worker_resume = None
+        hint = state.get("window")
+        self._anchor = (int(hint[0]), int(hint[1])) if hint and 0 <= int(hint[1]) <= self._cursor else None
         worker = state.get("worker")
         info = get_worker_info()
         if worker and info is not None and worker["id"] == info.id and worker["num_workers"] == info.num_workers \
@@ -343,11 +358,32 @@ class VLMDataset(IterableDataset):
         remaining = max(0, self.planner().total() - self._cursor)
         return -(-remaining // self.world_size)
 
+    # ---- random access by key --------------------------------------------------------------------
+    def lookup_all(self, key: str) -> list[FoundSample]:
+        """Every sample with this key in the datasets (`source` says which), through their keys.lmdb."""
+        found = []
+        for i, src in enumerate(self.sources):
+            for f in find_samples(src.root, key, src.storage_options, src.manifest):
+                f.source = i
+                found.append(f)
+        return found
+
+    def lookup(self, key: str) -> FoundSample:
+        """The sample with this key (e.g. from a batch's `sample_keys`, to inspect a loss spike): its
+        location and record (tokens, encoded images, source record `.meta`). KeyError if no dataset holds it;
+        FileNotFoundError if a dataset has no keys.lmdb (`vlmdata index --rebuild-keys DATASET` builds it)."""
+        found = self.lookup_all(key)
+        if not found:
+            raise KeyError(f"no sample with key {key!r} in {', '.join(s.root for s in self.sources)}")
+        return found[0]
+
     # ---- iteration ------------------------------------------------------------------------------
     def planner(self, epoch: int | None = None) -> EpochPlanner:
         """The epoch's planner (pure: same inputs, same packs)."""
-        return EpochPlanner(self.corpus, self.policy, self.plan_options, self.seed,
-                            self._epoch if epoch is None else epoch)
+        epoch = self._epoch if epoch is None else int(epoch)
+        store = partial(self._plan_share.store, f"{self.fingerprint}-e{epoch}")
+        return EpochPlanner(self.corpus, self.policy, self.plan_options, self.seed, epoch, store=store,
+                            anchor=self._anchor if epoch == self._epoch else None)
 
     def __iter__(self):
         info = get_worker_info()
@@ -367,10 +403,11 @@ class VLMDataset(IterableDataset):
                 if item.window is not None:
                     self._announce(planner, item.window, base, item.step, nw)
             batch = self._make_batch(item.samples, window, item.dropped)
-            state = self._state(item.cursor)
+            hint = planner.anchor_for(item.cursor)
+            state = self._state(item.cursor, hint)
             batch["state"] = state
             self._last_state = state
-            self._progress = {"base": base, "next_step": item.step + nw, "cursor": item.cursor}
+            self._progress = {"base": base, "next_step": item.step + nw, "cursor": item.cursor, "window": hint}
             yield batch
 
     def _announce(self, planner: EpochPlanner, k: int, base: int, step: int, nw: int) -> None:
@@ -399,17 +436,18 @@ class VLMDataset(IterableDataset):
 
     def _worker_reads(self, planner: EpochPlanner, k: int, base: int, step: int, nw: int) -> list[int]:
         """Shards this worker reads in window k, in first-read order (steps step, step + nw, ...)."""
-        if not planner.ensure(planner.starts[k]) or k + 1 >= len(planner.starts):
+        known = planner.window_range(k, learn=True)
+        if known is None:
             return []
         world, rank = self.world_size, self.rank
-        lo, hi = planner.starts[k], planner.starts[k + 1]
+        lo, hi = known
         shards: list[int] = []
         first = max(step, -(-(lo - base - rank) // world))      # first step reaching window k
         s = step + -(-(first - step) // nw) * nw                  # ... that is one of this worker's
         while base + s * world + rank < hi:
             g = base + s * world + rank
             if g >= lo and planner.ensure(g + world - 1 - rank):   # tail steps are announced as they come
-                shards.extend(self.corpus.columns["shard"][planner.pack_samples(g)[0]].tolist())
+                shards.extend(self.corpus.shard_of(planner.pack_samples(g)[0]).tolist())
             s += nw
         return list(dict.fromkeys(shards))
 
@@ -441,15 +479,15 @@ class VLMDataset(IterableDataset):
     def _make_batch(self, samples: np.ndarray, window: _Window, drops: Counter) -> dict:
         stats = StatsDelta()
         stats.skipped.update(drops)
-        cols = self.corpus.columns
         records = []
-        for gid in samples.tolist():
-            reader = self._reader(int(cols["shard"][gid]), window)
+        shards, rows = self.corpus.shard_of(samples).tolist(), self.corpus.local_of(samples).tolist()
+        for gid, shard, row in zip(samples.tolist(), shards, rows):
+            reader = self._reader(shard, window)
             if isinstance(reader, str):
                 stats.skipped[reader] += 1
                 continue
             try:
-                records.append(reader(int(cols["local"][gid])))
+                records.append(reader(row))
             except IndexMismatchError as exc:
                 log.warning("skipping sample %d: %s", gid, exc)
                 stats.skipped[Skip.INDEX_MISMATCH] += 1

@@ -1,9 +1,12 @@
-"""Reading one dataset: its manifest and planning columns up front, shard indices ahead of use.
+"""Reading one dataset: its manifest and planning columns, shard indices ahead of use.
 
-`open_source(root)` does two reads (manifest.json, planning.npz) and is all the
-planner needs. Every read goes through the dataset's retry policy (`vlmdata.retry`):
-a store outage costs time, and only a failure past its deadline costs the shard.
-Per-shard `SampleIndex` files are loaded in background threads a window ahead of use (`Source.prefetch_indices`, called by the dataset when a
+`open_source(root)` reads manifest.json and opens planning.npz for windowed
+reads (`formats.planning.PlanningColumns`: a window's shards at a time, never
+loaded whole); that is all the planner needs. Every read goes through the
+dataset's retry policy (`vlmdata.retry`): a store outage costs time, and only
+a failure past its deadline costs the shard. Per-shard `SampleIndex` files
+are loaded in background threads a window ahead of use
+(`Source.prefetch_indices`, called by the dataset when a
 worker enters a window, for that window and the next), kept only while wanted
 (`Source.retain_indices`), and loaded on the spot if a read comes first
 (`Source.index(s)`). `Source.reader(s, data)` turns the shard's bytes, as
@@ -29,7 +32,6 @@ size/CRC in the manifest and would take cache space meant for shards.
 from __future__ import annotations
 
 import gzip
-import io
 import os
 import zlib
 from collections.abc import Callable, Iterable
@@ -43,12 +45,12 @@ from vlmdata.cache.fetch import ShardRef
 from vlmdata.errors import BadIndexError, FetchError, ShardReadError
 from vlmdata.formats.index_checks import MemberCheck, check_index_file
 from vlmdata.formats.manifest import PLANNING_NAME, Manifest
+from vlmdata.formats.planning import PlanningColumns
 from vlmdata.formats.sample import SampleRecord, TextDecoder, read_sample, text_decoder_for
 from vlmdata.formats.sample_index import SampleIndex
 from vlmdata.formats.text_view import ViewTokens, read_view_sample, view_planning_name, view_shard_name
 from vlmdata.retry import RetryPolicy
 
-PLANNING_KEYS = ("shard", "local", "text_tokens", "n_images", "image_start", "width", "height")
 INDEX_THREADS = 16          # concurrent index reads per process (small files, latency-bound)
 
 
@@ -58,7 +60,7 @@ class Source:
 
     root: str
     manifest: Manifest
-    columns: dict[str, np.ndarray]
+    planning: PlanningColumns
     storage_options: dict = field(default_factory=dict)
     retry: RetryPolicy | None = None      # for index reads (None: one attempt)
     verify: bool = True                   # check indices against their shards (formats.index_checks)
@@ -91,7 +93,7 @@ class Source:
 
     @property
     def num_samples(self) -> int:
-        return len(self.columns["shard"])
+        return self.planning.num_samples
 
     def shard_sizes(self) -> np.ndarray:
         return np.asarray([s.samples for s in self.manifest.shards], dtype=np.int64)
@@ -216,17 +218,6 @@ class Source:
         return state
 
 
-def load_planning(root: str, storage_options: dict | None = None,
-                  retry: RetryPolicy | None = None) -> dict[str, np.ndarray]:
-    """planning.npz as a dict of arrays (one read, retried as `retry` says)."""
-    raw = fsutil.read_bytes(fsutil.join(root, PLANNING_NAME), storage_options, retry)
-    with np.load(io.BytesIO(raw), allow_pickle=False) as z:
-        missing = [k for k in PLANNING_KEYS if k not in z.files]
-        if missing:
-            raise ValueError(f"{PLANNING_NAME} in {root} lacks columns {missing}: re-run `vlmdata index`")
-        return {k: z[k] for k in PLANNING_KEYS}
-
-
 def open_source(root: str, storage_options: dict | None = None, text_view: str | None = None,
                 retry: RetryPolicy | None = None, verify: bool = True) -> Source:
     """Open a dataset directory (local path or fsspec URL), reading its text view `text_view` (None: the
@@ -237,24 +228,20 @@ def open_source(root: str, storage_options: dict | None = None, text_view: str |
     manifest = Manifest.load(root, so, retry)
     if manifest.kind not in ("webdataset", "memmap"):
         raise ValueError(f"{root}: unknown dataset kind {manifest.kind!r} (expected 'webdataset' or 'memmap')")
-    try:
-        columns = load_planning(root, so, retry)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no {PLANNING_NAME} in {root}: run `vlmdata index {root}` first") from None
     sizes = np.asarray([s.samples for s in manifest.shards], dtype=np.int64)
-    if int(sizes.sum()) != len(columns["shard"]):
-        raise ValueError(f"{root}: {PLANNING_NAME} has {len(columns['shard'])} samples, manifest {int(sizes.sum())}")
+    images = np.asarray([s.images for s in manifest.shards], dtype=np.int64)
     try:
         view_name, view = manifest.view(text_view)
     except KeyError as exc:
         raise ValueError(f"{root}: {exc.args[0]}") from None
-    if view.get("tokens") == "sidecar":
-        raw = fsutil.read_bytes(fsutil.join(root, view_planning_name(view_name)), so, retry)
-        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
-            text_tokens = z["text_tokens"]
-        if len(text_tokens) != len(columns["shard"]):
-            raise ValueError(f"{root}: view {view_name} plans {len(text_tokens)} samples, the dataset has "
-                             f"{len(columns['shard'])}")
-        columns = {**columns, "text_tokens": text_tokens}
-    return Source(root=root, manifest=manifest, columns=columns, storage_options=so, retry=retry, verify=verify,
+    # a view written by `vlmdata retokenize` plans with its own text_tokens, read a window at a time too
+    sidecar = {"text_tokens": fsutil.join(root, view_planning_name(view_name))} if view.get("tokens") == "sidecar" else {}
+    try:
+        planning = PlanningColumns(fsutil.join(root, PLANNING_NAME), sizes, images, so, sidecar, retry)
+    except FileNotFoundError:
+        if sidecar and fsutil.exists(fsutil.join(root, PLANNING_NAME), so):
+            raise FileNotFoundError(f"{root}: view {view_name} has no planning columns "
+                                    f"({view_planning_name(view_name)}): re-run `vlmdata retokenize` for it") from None
+        raise FileNotFoundError(f"no {PLANNING_NAME} in {root}: run `vlmdata index {root}` first") from None
+    return Source(root=root, manifest=manifest, planning=planning, storage_options=so, retry=retry, verify=verify,
                   view_name=view_name, view=view)

@@ -8,9 +8,22 @@
       -> packed (or bucketed) under max_tokens / max_images, packs shuffled in the window
       -> windows concatenated: the epoch's global pack sequence
 
-Windows are planned lazily, in order, on demand: the first packs of a huge
-dataset are ready after planning one window. Nothing depends on the world
-size or the number of DataLoader workers.
+Windows are planned lazily, on demand: the first packs of a huge dataset are
+ready after planning one window. Nothing depends on the world size or the
+number of DataLoader workers.
+
+Memory is O(shards + window), never O(samples): the `Corpus` holds per-shard
+counts and reads a window's planning columns when the window is planned
+(`formats.planning.PlanningColumns` reads the byte ranges of its shards from planning.npz;
+`ArrayColumns` wraps columns already in memory). Window k's packs depend only
+on (seed, epoch, k), so numbering the packs needs only each earlier window's
+pack count. A planner starts from an anchor, a window whose first global pack
+is known (window 0 at pack 0, or one a resume state names), and learns counts
+forward (and backward, if asked for a pack before its anchor): resuming in
+the middle of an epoch plans one or two windows, not every earlier one. The
+`WindowStore` it is given decides where planned windows and counts live:
+in the process (`LocalWindows`) or shared by a rank's or node's processes
+(`plan.shared`).
 
 Several datasets mix by weight: source i contributes n_i ~ w_i / sum(w) * total (largest remainders)
 samples per epoch (repeating or sub-sampling its own shuffled stream of
@@ -19,16 +32,22 @@ stream, shuffled together. A single dataset's windows are its own windows.
 """
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
-from dataclasses import dataclass, field
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from vlmdata.errors import Skip
 from vlmdata.plan.bucketing import bucket
-from vlmdata.plan.lengths import sample_lengths
+from vlmdata.plan.lengths import image_rows, sample_lengths
 from vlmdata.plan.packing import pack
 from vlmdata.plan.shuffle import MIX_SAMPLES, PACK_ORDER, WINDOW_SAMPLES, make_rng, shard_order
+from vlmdata.plan.window_store import LocalWindows, WindowPlan, WindowStore
+
+__all__ = ["ArrayColumns", "Corpus", "EpochPlanner", "PlanOptions", "ShardColumns"]
 
 
 @dataclass(frozen=True)
@@ -51,52 +70,76 @@ class PlanOptions:
             raise ValueError("max_tokens and window_shards must be >= 1, max_images >= 0")
 
 
+class ShardColumns(Protocol):
+    """One dataset's planning columns, read a few shards at a time."""
+
+    def read_shards(self, shards) -> dict[str, np.ndarray]:
+        """text_tokens, n_images (per sample), width, height (per image) and image_start (into them)
+        of these (local) shards' samples, shard after shard in the given order."""
+
+
+class ArrayColumns:
+    """Planning columns already in memory (a dict as in planning.npz), read like a planning file."""
+
+    def __init__(self, columns: dict[str, np.ndarray], shard_sizes):
+        self.columns = columns
+        sizes = np.asarray(shard_sizes, dtype=np.int64)
+        self.sample_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        if self.sample_start[-1] != len(columns["n_images"]):
+            raise ValueError("planning columns and shard sizes disagree")
+
+    def read_shards(self, shards) -> dict[str, np.ndarray]:
+        st = self.sample_start
+        shards = np.asarray(shards, dtype=np.int64)
+        counts = st[shards + 1] - st[shards]
+        first = np.cumsum(counts) - counts
+        samples = np.repeat(st[shards] - first, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        cols = self.columns
+        _, rows = image_rows(cols, samples)
+        n_img = cols["n_images"][samples]
+        n64 = n_img.astype(np.int64)
+        return {"text_tokens": cols["text_tokens"][samples], "n_images": n_img, "width": cols["width"][rows],
+                "height": cols["height"][rows], "image_start": np.cumsum(n64) - n64}
+
+
 @dataclass
 class Corpus:
-    """Planning columns of one or more datasets with global shard and sample numbers.
+    """One or more datasets with global shard and sample numbers; O(shards) in memory.
 
     Global shard g of source i is `shard_base[i] + local shard`; global sample
-    ids index the concatenated columns.
+    ids number the sources' samples shard after shard (source 0 first).
     """
 
-    columns: dict[str, np.ndarray]
+    sources: list[ShardColumns]
     shard_sizes: np.ndarray            # samples per global shard
     shard_start: np.ndarray            # first global sample id of each global shard (+ end)
     shard_base: np.ndarray             # first global shard of each source (+ end)
     weights: np.ndarray
 
     @classmethod
-    def build(cls, columns: list[dict[str, np.ndarray]], shard_sizes: list[np.ndarray],
-              weights: list[float] | None = None) -> Corpus:
+    def build(cls, columns: list, shard_sizes: list[np.ndarray], weights: list[float] | None = None) -> Corpus:
+        """`columns[i]`: source i's ShardColumns (e.g. a PlanningColumns), or its columns as a dict of arrays."""
         if not columns:
             raise ValueError("no datasets given")
         weights = np.asarray(weights if weights is not None else [1.0] * len(columns), dtype=np.float64)
         if len(weights) != len(columns) or (weights < 0).any() or weights.sum() <= 0:
             raise ValueError("mixing weights must be >= 0, one per dataset, not all zero")
         sizes = [np.asarray(s, dtype=np.int64) for s in shard_sizes]
+        if len(sizes) != len(columns):
+            raise ValueError("one array of shard sizes per dataset is needed")
+        sources = [ArrayColumns(c, s) if isinstance(c, dict) else c for c, s in zip(columns, sizes)]
         shard_base = np.concatenate([[0], np.cumsum([len(s) for s in sizes])]).astype(np.int64)
-        if len(columns) == 1:
-            cols = columns[0]
-        else:
-            img_base = np.concatenate([[0], np.cumsum([len(c["width"]) for c in columns])])
-            cols = {
-                "shard": np.concatenate([c["shard"].astype(np.int64) + b for c, b in zip(columns, shard_base)]),
-                "local": np.concatenate([c["local"] for c in columns]),
-                "text_tokens": np.concatenate([c["text_tokens"] for c in columns]),
-                "n_images": np.concatenate([c["n_images"] for c in columns]),
-                "image_start": np.concatenate([c["image_start"].astype(np.int64) + b for c, b in zip(columns, img_base)]),
-                "width": np.concatenate([c["width"] for c in columns]),
-                "height": np.concatenate([c["height"] for c in columns]),
-            }
-        all_sizes = np.concatenate(sizes)
+        all_sizes = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
         shard_start = np.concatenate([[0], np.cumsum(all_sizes)]).astype(np.int64)
-        if shard_start[-1] != len(cols["shard"]):
-            raise ValueError("planning columns and shard sizes disagree")
-        return cls(cols, all_sizes, shard_start, shard_base, weights)
+        return cls(sources, all_sizes, shard_start, shard_base, weights)
 
     @property
     def num_sources(self) -> int:
         return len(self.weights)
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.shard_start[-1])
 
     def source_shards(self, i: int) -> int:
         return int(self.shard_base[i + 1] - self.shard_base[i])
@@ -116,23 +159,34 @@ class Corpus:
         first = np.cumsum(counts) - counts
         return np.repeat(starts - first, counts) + np.arange(total, dtype=np.int64)
 
+    def shard_of(self, samples) -> np.ndarray:
+        """Global shard of each global sample id (empty shards never hold one)."""
+        return np.searchsorted(self.shard_start, np.asarray(samples, dtype=np.int64), side="right") - 1
 
-@dataclass
-class WindowPlan:
-    """The packs of one window: pack p holds samples[bounds[p]:bounds[p+1]]."""
+    def local_of(self, samples) -> np.ndarray:
+        """Row of each global sample id inside its shard."""
+        samples = np.asarray(samples, dtype=np.int64)
+        return samples - self.shard_start[self.shard_of(samples)]
 
-    samples: np.ndarray
-    bounds: np.ndarray
-    tokens: np.ndarray       # planned tokens per entry of `samples` (overlong ones at max_tokens)
-    images: np.ndarray       # images per entry of `samples`
-    dropped: Counter = field(default_factory=Counter)
-
-    @property
-    def num_packs(self) -> int:
-        return len(self.bounds) - 1
-
-    def pack(self, p: int) -> np.ndarray:
-        return self.samples[self.bounds[p]:self.bounds[p + 1]]
+    def gather(self, samples: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """(columns, rows): the planning columns of the shards holding `samples`, read now, and the row of
+        each sample in them (`sample_lengths(columns, rows, policy)` gives their lengths)."""
+        samples = np.asarray(samples, dtype=np.int64)
+        shard = self.shard_of(samples)
+        shards = np.unique(shard)
+        parts = []
+        for i in range(self.num_sources):
+            lo, hi = np.searchsorted(shards, [self.shard_base[i], self.shard_base[i + 1]])
+            if hi > lo:
+                parts.append(self.sources[i].read_shards(shards[lo:hi] - self.shard_base[i]))
+        names = ("text_tokens", "n_images", "width", "height")
+        cols = {n: (np.concatenate([p[n] for p in parts]) if parts else np.zeros(0, np.int32)) for n in names}
+        n_img = cols["n_images"].astype(np.int64)
+        cols["image_start"] = np.cumsum(n_img) - n_img
+        sizes = self.shard_sizes[shards]
+        table_start = np.cumsum(sizes) - sizes
+        rows = table_start[np.searchsorted(shards, shard)] + (samples - self.shard_start[shard])
+        return cols, rows
 
 
 @dataclass
@@ -145,24 +199,41 @@ class _Segment:
 
 
 class EpochPlanner:
-    """Lazily planned global pack sequence of one epoch."""
+    """Lazily planned global pack sequence of one epoch (see the module docstring).
+
+    `store`: a WindowStore, or a function of the number of windows giving one
+    (default: `LocalWindows(keep_windows)`, this planner's own).
+    `anchor`: (window k, its first global pack), e.g. from a resume state;
+    default (0, 0). Any pack can be asked for whatever the anchor.
+    """
 
     def __init__(self, corpus: Corpus, policy, options: PlanOptions, seed: int, epoch: int,
-                 keep_windows: int = 4):
+                 keep_windows: int = 4, store: WindowStore | Callable[[int], WindowStore] | None = None,
+                 anchor: tuple[int, int] | None = None):
         self.corpus = corpus
         self.policy = policy
         self.options = options
         self.seed = int(seed)
         self.epoch = int(epoch)
-        self._keep = keep_windows
-        self._plans: OrderedDict[int, WindowPlan] = OrderedDict()
-        self._src_windows: OrderedDict[tuple, np.ndarray] = OrderedDict()
+        self._src_windows: dict[tuple, np.ndarray] = {}
         self._orders: dict[tuple[int, int], np.ndarray] = {}
         self._layout()
-        self.counts: list[int] = []          # packs per planned window, windows planned in order
-        self.starts: list[int] = [0]         # first global pack of each planned window (+ end)
-        self._pending_drops: Counter = Counter()
-        self._drops_at: dict[int, Counter] = {}
+        n = self.num_windows
+        if store is None:
+            store = LocalWindows(keep_windows)
+        elif not hasattr(store, "get"):
+            store = store(n)
+        self.store: WindowStore = store
+        # plain lists, not arrays: every pack a worker takes looks these up (numpy scalars cost ~10x more)
+        self._count = [-1] * n                          # packs per window, -1: not known here yet
+        self._start = [-1] * (n + 1)                    # first global pack of each window (+ end)
+        k, first = (0, 0) if anchor is None else (int(anchor[0]), int(anchor[1]))
+        if not 0 <= k <= n or first < 0 or (k == 0 and first != 0):
+            raise ValueError(f"plan anchor {anchor} is not a window of this epoch's {n} windows")
+        self._start[k] = first
+        self._lo = self._hi = k                         # counts known for windows [lo, hi), starts for [lo, hi]
+        self._last_window = (-1, 0, 0)                  # (k, first, end) of the window located last
+        self._last_plan: tuple[int, WindowPlan | None] = (-1, None)
 
     # ---- windows: which samples each window holds --------------------------------------
     def _pass_order(self, i: int, p: int) -> np.ndarray:
@@ -234,7 +305,7 @@ class EpochPlanner:
             got = samples[make_rng(self.seed, WINDOW_SAMPLES, self.epoch, i, p, w).permutation(len(samples))]
             self._src_windows[key] = got
             while len(self._src_windows) > 2 * self.corpus.num_sources + 2:
-                self._src_windows.popitem(last=False)
+                del self._src_windows[next(iter(self._src_windows))]
         return got
 
     def window_samples(self, k: int) -> np.ndarray:
@@ -255,17 +326,12 @@ class EpochPlanner:
         return list(dict.fromkeys(out))
 
     # ---- packing one window --------------------------------------------------------------
-    def plan_window(self, k: int) -> WindowPlan:
-        """The packs of window k (cached for the last few windows)."""
-        got = self._plans.get(k)
-        if got is not None:
-            self._plans.move_to_end(k)
-            return got
+    def _compute_window(self, k: int) -> WindowPlan:
         opt = self.options
-        cols = self.corpus.columns
         samples = self.window_samples(k)
-        tokens, image_tokens = sample_lengths(cols, samples, self.policy)
-        images = cols["n_images"][samples].astype(np.int64)
+        cols, rows = self.corpus.gather(samples)
+        tokens, image_tokens = sample_lengths(cols, rows, self.policy)
+        images = cols["n_images"][rows].astype(np.int64)
         dropped = Counter()
         too_many = images > opt.max_images
         over = tokens > opt.max_tokens
@@ -289,49 +355,103 @@ class EpochPlanner:
         starts = bounds[:-1][perm]
         gather = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
         order = order[gather]
-        plan = WindowPlan(samples[order], np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        return WindowPlan(samples[order], np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
                           tokens[order], images[order], dropped)
-        self._plans[k] = plan
-        while len(self._plans) > self._keep:
-            self._plans.popitem(last=False)
+
+    def plan_window(self, k: int) -> WindowPlan:
+        """The packs of window k (from the store, or planned now)."""
+        last_k, last = self._last_plan
+        if last_k == k:
+            return last
+        if not 0 <= k < self.num_windows:
+            raise IndexError(f"window {k} is not in [0, {self.num_windows})")
+        plan = self.store.get(k, lambda: self._compute_window(k))
+        self._count[k] = plan.num_packs
+        self._last_plan = (k, plan)
         return plan
 
     # ---- the global pack sequence -----------------------------------------------------------
+    def _count_of(self, k: int) -> int:
+        """Packs of window k: known here, known to the store (planned by a process sharing it), or planned now."""
+        c = self._count[k]
+        if c < 0:
+            known = self.store.count(k)
+            c = known if known is not None else self.plan_window(k).num_packs
+            self._count[k] = c
+        return c
+
+    def _forward(self) -> None:
+        k = self._hi
+        self._start[k + 1] = self._start[k] + self._count_of(k)
+        self._hi += 1
+
+    def _backward(self) -> None:
+        k = self._lo - 1
+        self._start[k] = self._start[k + 1] - self._count_of(k)
+        if self._start[k] < 0 or (k == 0 and self._start[0] != 0):
+            raise ValueError(f"the plan anchor (a resume state's window hint) does not match epoch {self.epoch}'s "
+                             "plan: the state belongs to other data or settings")
+        self._lo -= 1
+
     @property
     def planned_windows(self) -> int:
-        return len(self.counts)
+        """Windows whose pack counts this planner knows (contiguous from its anchor)."""
+        return self._hi - self._lo
 
-    def _plan_next(self) -> None:
-        k = len(self.counts)
-        plan = self.plan_window(k)
-        self.counts.append(plan.num_packs)
-        self.starts.append(self.starts[-1] + plan.num_packs)
-        self._pending_drops.update(plan.dropped)
-        if plan.num_packs and self._pending_drops:
-            self._drops_at[self.starts[-2]] = self._pending_drops
-            self._pending_drops = Counter()
-        if len(self.counts) == self.num_windows and self._pending_drops and self.starts[-1] > 0:
-            self._drops_at.setdefault(self.starts[-1] - 1, Counter()).update(self._pending_drops)
-            self._pending_drops = Counter()
+    @property
+    def starts(self) -> list[int]:
+        """First global pack of windows 0, 1, ... as far as known (+ the end once every window is)."""
+        if self._lo > 0:
+            raise ValueError("this planner started from a later window; use window_range(k)")
+        return self._start[:self._hi + 1]
+
+    @property
+    def counts(self) -> list[int]:
+        """Packs of windows 0, 1, ... as far as known (from window 0)."""
+        return np.diff(self.starts).tolist()
+
+    def window_range(self, k: int, learn: bool = False) -> tuple[int, int] | None:
+        """(first, end) global packs of window k if known (`learn`: learning window counts up to k if
+        needed), else None."""
+        if learn and 0 <= k < self.num_windows:
+            while self._hi <= k:
+                self._forward()
+            while self._lo > k:
+                self._backward()
+        if self._lo <= k < self._hi:
+            return self._start[k], self._start[k + 1]
+        return None
+
+    def anchor_for(self, cursor: int) -> tuple[int, int] | None:
+        """A window known to start at or before global pack `cursor`, with its start: what a resume state
+        carries so that a planner resuming there starts from that window (None if none is known)."""
+        k = bisect_right(self._start, cursor, self._lo, self._hi + 1) - 1
+        return None if k < self._lo else (k, self._start[k])
 
     def ensure(self, g: int) -> bool:
-        """Plan windows until global pack g (and the window after it) is known; False if g is past the end."""
-        while self.starts[-1] <= g + 1 and len(self.counts) < self.num_windows:
-            self._plan_next()
-        return g < self.starts[-1]
+        """Learn window counts until global pack g (and the one after it) is located; False if g is past the end."""
+        while self._lo > 0 and g < self._start[self._lo]:
+            self._backward()
+        while self._start[self._hi] <= g + 1 and self._hi < self.num_windows:
+            self._forward()
+        return self._start[self._lo] <= g < self._start[self._hi]
 
     def total(self) -> int:
-        """Packs in the whole epoch (plans every remaining window)."""
-        while len(self.counts) < self.num_windows:
-            self._plan_next()
-        return self.starts[-1]
+        """Packs in the whole epoch (learns the count of every remaining window)."""
+        while self._hi < self.num_windows:
+            self._forward()
+        return int(self._start[self._hi])
 
     def locate(self, g: int) -> tuple[int, int]:
         """(window, pack inside the window) of global pack g."""
+        k, first, end = self._last_window
+        if first <= g < end:
+            return k, g - first
         if not self.ensure(g):
             raise IndexError(f"pack {g} is past the end of epoch {self.epoch}")
-        k = int(np.searchsorted(self.starts, g, side="right") - 1)
-        return k, g - self.starts[k]
+        k = bisect_right(self._start, g, self._lo, self._hi + 1) - 1
+        self._last_window = (k, self._start[k], self._start[k + 1])
+        return k, g - self._start[k]
 
     def pack_samples(self, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(samples, planned tokens, images) of global pack g."""
@@ -341,6 +461,25 @@ class EpochPlanner:
         return plan.samples[sl], plan.tokens[sl], plan.images[sl]
 
     def drops_at(self, g: int) -> Counter:
-        """Samples the plan dropped, reported with global pack g (each drop reported once)."""
-        self.ensure(g)
-        return self._drops_at.get(g, Counter())
+        """Samples the plan dropped, reported with global pack g (each drop reported once).
+
+        A window's drops go with its first pack, together with those of the
+        pack-less windows just before it; the drops of pack-less windows at
+        the end of the epoch go with its last pack.
+        """
+        out: Counter = Counter()
+        if not self.ensure(g):
+            return out
+        k, j = self.locate(g)
+        if j == 0:
+            out.update(self.plan_window(k).dropped)
+            b = k - 1
+            while b >= 0 and self._count_of(b) == 0:
+                out.update(self.plan_window(b).dropped)
+                b -= 1
+        if self._hi == self.num_windows and g == self._start[self._hi] - 1:
+            b = self.num_windows - 1
+            while b > k and self._count_of(b) == 0:
+                out.update(self.plan_window(b).dropped)
+                b -= 1
+        return out
