@@ -1,5 +1,6 @@
 """Pack manipulation for tests and benchmarks: split a pack into its samples, concatenate
-packs, lay samples out as padded rows, and build a synthetic pack without a dataset.
+packs, lay samples out as padded rows, build a synthetic pack without a dataset, and take
+a whole epoch's packs (or an even spread of them) from a dataset.
 
 All helpers work on PackedBatch dicts (see docs/architecture.md) on the CPU.
 """
@@ -159,3 +160,21 @@ def padded_rows(batch: dict, pad_id: int) -> dict:
         if k in batch:
             out[k] = batch[k]
     return out
+
+
+def epoch_packs(data: str, max_tokens: int, policy) -> list[dict]:
+    """Every non-empty pack of epoch 0 of the dataset at `data` (one rank, in order, Pillow decode)."""
+    from vlmdata.loading import VLMDataset
+
+    ds = VLMDataset(data, seed=0, max_tokens=max_tokens, max_images=16, image_size=policy, rank=0, world_size=1,
+                    decoder="pillow")
+    ds.set_epoch(0)
+    return [b for b in ds if b["sample_keys"]]
+
+
+def spread(items: list, count: int) -> list:
+    """`count` items evenly spaced over the list (a representative sample of the epoch)."""
+    if count >= len(items):
+        return list(items)
+    step = len(items) / count
+    return [items[int(i * step)] for i in range(count)]

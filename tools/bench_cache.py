@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from vlmdata.cache import CacheConfig, RetryPolicy, ShardCache, ShardRef, TieredFetcher  # noqa: E402
 from vlmdata.cache.daemon import connect, recv_msg, send_msg  # noqa: E402
-from vlmdata.testing import BUCKET, SlowStore, simulate, upload_random, window_shuffle_trace  # noqa: E402
+from vlmdata.testing import BUCKET, SlowStore, simulate, upload_random, window_shuffle_trace, write_report  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # the store: moto + latency/bandwidth proxy, in its own process, controlled over stdin/stdout
@@ -375,10 +375,7 @@ def main() -> int:
     cmd = "python tools/bench_cache.py" + (" --quick" if args.quick else "")
     text = report(m, policy, pre, dmn, cmd, time.time() - t0)
     print("\n" + text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
-        print(f"written to {args.out}")
+    write_report(text, args.out)
     return 0
 
 

@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 from vlmdata.cache import CacheConfig, RetryPolicy  # noqa: E402
 from vlmdata.loading import DatasetOptions, VLMDataset, make_loader  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
-from vlmdata.testing import BUCKET, SlowStore, bench_corpus  # noqa: E402
+from vlmdata.testing import BUCKET, SlowStore, bench_corpus, write_report  # noqa: E402
 
 RETRY = RetryPolicy(attempts=4, base_delay=0.05, max_delay=0.5)
 
@@ -176,10 +176,7 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     text = report(results, meta, args)
     print("\n" + text)
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        Path(args.out).write_text(text + "\n")
-        print(f"written to {args.out}")
+    write_report(text, args.out)
     return 0
 
 

@@ -35,7 +35,7 @@ from vlmdata.decode import FixedPolicy  # noqa: E402
 from vlmdata.decode.dali import DaliGpuStage, GpuStageOptions  # noqa: E402
 from vlmdata.loading import DatasetOptions, VLMDataset, make_loader  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
-from vlmdata.testing import bench_corpus  # noqa: E402
+from vlmdata.testing import bench_corpus, write_report  # noqa: E402
 
 SIZE = 336
 
@@ -129,9 +129,7 @@ def main() -> int:
     lines += [f"| {label} | {ips:.0f} | {bps / 1e9:.2f} |" for label, ips, bps in rows]
     text = "\n".join(lines)
     print(text)
-    if a.out:
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        Path(a.out).write_text(text + "\n")
+    write_report(text, a.out)
     return 0
 
 

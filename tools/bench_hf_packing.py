@@ -39,7 +39,7 @@ sys.path.insert(0, REPO)
 import torch  # noqa: E402
 
 from pipelines.demo import DemoConfig, make_corpus, shard  # noqa: E402
-from pipelines.packs import concat_packs, padded_rows, split_pack  # noqa: E402
+from pipelines.packs import concat_packs, epoch_packs, padded_rows, split_pack, spread  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
 
 MEAN = [0.48145466, 0.4578275, 0.40821073]
@@ -70,23 +70,6 @@ def write_model_folder(path: str, vocab_size: int, image_token_id: int, hidden: 
     with open(os.path.join(path, "preprocessor_config.json"), "w") as f:
         json.dump(pre, f)
     return path
-
-
-def load_epoch(data: str, max_tokens: int, policy) -> list[dict]:
-    """Every non-empty pack of epoch 0 (rank 0 of 1), read in-process."""
-    from vlmdata.loading import VLMDataset
-
-    ds = VLMDataset(data, seed=0, max_tokens=max_tokens, max_images=16, image_size=policy, rank=0, world_size=1,
-                    decoder="pillow")
-    ds.set_epoch(0)
-    return [b for b in ds if b["sample_keys"]]
-
-
-def spread(items: list, count: int) -> list:
-    if count >= len(items):
-        return list(items)
-    step = len(items) / count
-    return [items[int(i * step)] for i in range(count)]
 
 
 def shuffled_padded(packs: list[dict], spec, pad_id: int, seed: int = 0) -> list[dict]:
@@ -179,7 +162,7 @@ def main() -> int:
                                        int(tok["special"]["image"]), args.hidden, args.layers, args.max_pixels)
         spec = ModelSpec.from_folder(model_dir)
         spec.check_tokenizer(tok)
-        epoch = load_epoch(data, args.max_tokens, spec.image_policy())
+        epoch = epoch_packs(data, args.max_tokens, spec.image_policy())
         packs = spread(epoch, args.packs + args.warmup)
         res = measure(packs, model_dir, int(tok["special"]["pad"]), args.warmup, args.attn)
         res["epoch_packs"] = len(epoch)

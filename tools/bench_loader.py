@@ -316,7 +316,7 @@ def main() -> int:
         return 0
 
     sys.path.insert(0, str(REPO))
-    from vlmdata.testing import bench_corpus
+    from vlmdata.testing import bench_corpus, write_report
 
     corpus = bench_corpus(a.cache, a.samples, SIZE)
     stock_py = ensure_stock_venv(Path(a.stock_venv))
@@ -348,10 +348,7 @@ def main() -> int:
                 "simd": PIL.__version__, "simplejpeg": simplejpeg.__version__}
     text = report(results, order, a, versions, corpus)
     print("\n" + text)
-    if a.out:
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        Path(a.out).write_text(text + "\n")
-        print(f"written to {a.out}")
+    write_report(text, a.out)
     return 0
 
 

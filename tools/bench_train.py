@@ -30,27 +30,9 @@ import torch  # noqa: E402
 
 from pipelines.demo import DemoConfig, cpu_model, make_corpus, report, run_demo, shard  # noqa: E402
 from pipelines.model import TinyVLM, VLMConfig  # noqa: E402
-from pipelines.packs import concat_packs, pad_as_rows, split_pack  # noqa: E402
+from pipelines.packs import concat_packs, epoch_packs, pad_as_rows, split_pack, spread  # noqa: E402
 from pipelines.train import label_count  # noqa: E402
-
-
-def load_epoch(data: str, max_tokens: int, image_size: int) -> list[dict]:
-    """Every non-empty pack of epoch 0 (rank 0 of 1), read in-process."""
-    from vlmdata.decode import FixedPolicy
-    from vlmdata.loading import VLMDataset
-
-    ds = VLMDataset(data, seed=0, max_tokens=max_tokens, max_images=16, image_size=FixedPolicy(image_size),
-                    rank=0, world_size=1, decoder="pillow")
-    ds.set_epoch(0)
-    return [b for b in ds if b["sample_keys"]]
-
-
-def spread(items: list, count: int) -> list:
-    """`count` items evenly spaced over the list (a representative sample of the epoch)."""
-    if count >= len(items):
-        return list(items)
-    step = len(items) / count
-    return [items[int(i * step)] for i in range(count)]
+from vlmdata.decode import FixedPolicy  # noqa: E402
 
 
 def slot_ratios(packs: list[dict], model_cfg: VLMConfig, pad_id: int) -> tuple[float, float]:
@@ -136,7 +118,7 @@ def main() -> int:
         fields = model_fields_for(DataOptions(data=data, image_size=args.image_size))
         pad_id = int(Manifest.load(data).tokenizer["special"]["pad"])
         model_cfg = VLMConfig.preset(args.model, attn_backend="reference", **fields)
-        epoch = load_epoch(data, args.max_tokens, args.image_size)
+        epoch = epoch_packs(data, args.max_tokens, FixedPolicy(args.image_size))
         packs = spread(epoch, args.packs + args.warmup)
         res = measure(packs, model_cfg, pad_id, args.warmup)
         res["epoch_packs"] = len(epoch)

@@ -60,7 +60,7 @@ from vlmdata.loading import (  # noqa: E402
 from vlmdata.metrics import StatsDelta  # noqa: E402
 from vlmdata.plan import rank_packs  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
-from vlmdata.testing import bench_corpus  # noqa: E402
+from vlmdata.testing import bench_corpus, write_report  # noqa: E402
 
 STAGES = ("fetch", "index", "slice", "decode", "resize", "prepare", "collate", "pack", "ipc")
 
@@ -264,10 +264,7 @@ def main() -> int:
         print("\n".join(part), flush=True)
         lines += part
     text = "\n".join(lines)
-    if a.out:
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        Path(a.out).write_text(text + "\n")
-        print(f"written to {a.out}")
+    write_report(text, a.out)
     return 0
 
 

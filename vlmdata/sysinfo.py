@@ -1,9 +1,21 @@
 """Facts about the machine that benchmarks, caches keyed by machine, and the demo report."""
 from __future__ import annotations
 
+import os
 import platform
 
-__all__ = ["cpu_model"]
+__all__ = ["cpu_model", "pid_alive"]
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (one of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def cpu_model() -> str:

@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from pipelines.hf_model import HFModelConfig, HFPackedModel
 from pipelines.train import build_parser, configs_from_args, main
@@ -21,13 +20,6 @@ from tests.helpers.hf import (
 from tests.helpers.train import make_dataset
 from vlmdata.errors import ConfigError
 from vlmdata.hf import make_adapter, take_meta
-
-
-@pytest.fixture(autouse=True)
-def process_group():
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import urllib.request
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from pipelines.data import DataOptions, DatasetSource, ListSource, StagedSource, model_fields_for
@@ -20,13 +19,6 @@ from pipelines.profiling import ProfileOptions, phase, phase_modules
 from pipelines.step_breakdown import PHASES
 from pipelines.train import TrainConfig, Trainer, check_options, init_distributed, train
 from tests.helpers.train import make_dataset
-
-
-@pytest.fixture(autouse=True)
-def process_group():
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def _steps(out) -> dict[int, dict]:

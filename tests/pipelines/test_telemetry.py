@@ -5,7 +5,6 @@ import urllib.request
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from pipelines.data import ListSource
 from pipelines.model import TinyVLM, VLMConfig
@@ -14,13 +13,6 @@ from pipelines.telemetry import GpuTelemetry, gradient_norm
 from pipelines.train import TrainConfig, Trainer, init_distributed
 
 NO_CUDA = "needs a CUDA device: GPU telemetry (NVML utilisation/memory, allocator peak) runs in tools/gpu_check.sh"
-
-
-@pytest.fixture(autouse=True)
-def process_group():
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def test_cpu_device_disables_gpu_telemetry_with_the_reason():

@@ -6,7 +6,6 @@ import urllib.request
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from pipelines.checkpoint import latest_checkpoint, load_checkpoint
 from pipelines.data import DataOptions, DatasetSource, ListSource, model_fields_for
@@ -14,14 +13,6 @@ from pipelines.model import TinyVLM, VLMConfig
 from pipelines.packs import synthetic_pack
 from pipelines.train import TrainConfig, Trainer, init_distributed, train
 from tests.helpers.train import make_dataset
-
-
-@pytest.fixture(autouse=True)
-def process_group():
-    """A 1-rank group for the test, destroyed afterwards so no other test sees it."""
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")

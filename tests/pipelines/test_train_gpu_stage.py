@@ -14,7 +14,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from pipelines.data import (
     DataOptions,
@@ -33,13 +32,6 @@ from vlmdata.decode.dali import DaliGpuStage, GpuStageOptions
 from vlmdata.loading import DatasetOptions, VLMDataset
 
 SIZES = {"fixed": 56, "dynamic": "dynamic"}
-
-
-@pytest.fixture(autouse=True)
-def process_group():
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")

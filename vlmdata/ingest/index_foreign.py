@@ -40,6 +40,7 @@ from vlmdata.formats.tar_scan import CountingReader, TarEntry, is_utf8_name, sca
 from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES
 from vlmdata.ingest.finalize import write_dataset_tables
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, MAX_IMAGES_PER_SAMPLE, check_image
+from vlmdata.ingest.job import merge_skips
 from vlmdata.text.tokenizer import encode_conversation, load_tokenizer
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
@@ -341,12 +342,7 @@ def _write_manifest(cfg: IndexConfig, results: list[dict], layout: dict, tokeniz
     so = cfg.storage_options
     shards = [ShardInfo(**r["shard"]) for r in results if r["shard"]["samples"]]
     keys = write_dataset_tables(cfg.root, shards, so)
-    skipped: dict[str, int] = {}
-    examples: dict[str, dict] = {}
-    for r in results:
-        for reason, n in r["skipped"].items():
-            skipped[reason] = skipped.get(reason, 0) + n
-            examples.setdefault(reason, r["examples"][reason])
+    skipped, examples = merge_skips(results)
     stats = {"input_rows": sum(r["rows"] for r in results), "samples": sum(s.samples for s in shards),
              "images": sum(s.images for s in shards), "skipped": dict(sorted(skipped.items())),
              "skipped_total": sum(skipped.values()), "examples": examples, "shards_found": len(results),

@@ -45,6 +45,19 @@ JOBS_DIR = "_jobs"
 VERIFY_MODES = ("header", "decode")   # header checks always; "decode": also a full decode of every image
 
 
+def merge_skips(results: list[dict], tag: str | None = None) -> tuple[dict[str, int], dict[str, dict]]:
+    """Skip counts summed over per-job (or per-shard) results, and the first example of each reason
+    (carrying the result's `tag` field, e.g. its job number, when given)."""
+    skipped: dict[str, int] = {}
+    examples: dict[str, dict] = {}
+    for r in results:
+        for reason, count in r["skipped"].items():
+            skipped[reason] = skipped.get(reason, 0) + count
+            if reason not in examples:
+                examples[reason] = {**r["examples"][reason], **({tag: r[tag]} if tag else {})}
+    return skipped, examples
+
+
 def job_stats_name(job: int) -> str:
     return f"{JOBS_DIR}/job-{job:06d}.json"
 

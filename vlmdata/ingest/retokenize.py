@@ -33,6 +33,7 @@ from vlmdata.errors import ConfigError, RowProblem, Skip
 from vlmdata.formats.manifest import Manifest
 from vlmdata.formats.sample_index import SampleIndex
 from vlmdata.formats.text_view import ViewTokens, check_view_name, view_planning_name, view_shard_name
+from vlmdata.ingest.job import merge_skips
 from vlmdata.ingest.records import ColumnSpec, normalize
 from vlmdata.ingest.shard import view_name
 from vlmdata.text.chat_template import TemplateError
@@ -235,12 +236,7 @@ def retokenize_dataset(cfg: RetokenizeConfig, progress: Callable[[int], None] | 
     text_tokens = np.concatenate([r["text_tokens"] for r in results]) if results else np.zeros(0, np.int32)
     np.savez(buf, text_tokens=text_tokens.astype(np.int32))
     fsutil.atomic_write_bytes(fsutil.join(cfg.dataset, view_planning_name(name)), buf.getvalue(), so, cfg.fsync)
-    skipped: dict[str, int] = {}
-    examples: dict[str, dict] = {}
-    for r in results:
-        for reason, n in r["skipped"].items():
-            skipped[reason] = skipped.get(reason, 0) + n
-            examples.setdefault(reason, r["examples"][reason])
+    skipped, examples = merge_skips(results)
     samples = sum(r["samples"] for r in results)
     encoded = sum(r["encoded"] for r in results)
     if samples and not encoded:

@@ -34,7 +34,15 @@ from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_REMOTE_TIMEOU
 from vlmdata.ingest.engine import ENGINES, run_jobs
 from vlmdata.ingest.finalize import write_dataset_tables
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, ImageOptions
-from vlmdata.ingest.job import JOBS_DIR, VERIFY_MODES, JobOptions, JobSpec, JobStats, job_stats_name
+from vlmdata.ingest.job import (
+    JOBS_DIR,
+    VERIFY_MODES,
+    JobOptions,
+    JobSpec,
+    JobStats,
+    job_stats_name,
+    merge_skips,
+)
 from vlmdata.ingest.readers import InputSource, Row, describe_input, format_names, iter_rows, open_inputs
 from vlmdata.ingest.records import ColumnSpec, row_id
 from vlmdata.keyindex.build import open_dataset_keys
@@ -326,12 +334,7 @@ def _build_manifest(cfg: ShardConfig, results: list[dict], tokenizer: dict, extr
     results.sort(key=lambda r: r["job"])
     shards = [s for r in results for s in JobStats(**r).shard_infos()]
     write_dataset_tables(cfg.output, shards, so, cfg.fsync)
-    skipped: dict[str, int] = {}
-    examples: dict[str, dict] = {}
-    for r in results:
-        for reason, count in r["skipped"].items():
-            skipped[reason] = skipped.get(reason, 0) + count
-            examples.setdefault(reason, {**r["examples"][reason], "job": r["job"]})
+    skipped, examples = merge_skips(results, tag="job")
     stats = {"input_rows": sum(r["rows"] for r in results), "samples": sum(r["written"] for r in results),
              "images": sum(r["images"] for r in results), "skipped": dict(sorted(skipped.items())),
              "skipped_total": sum(skipped.values()), "examples": examples, "jobs": len(results), **extra_stats}

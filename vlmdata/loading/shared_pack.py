@@ -45,6 +45,8 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from vlmdata.sysinfo import pid_alive
+
 __all__ = ["POOL_BUFFERS", "PackWriter", "PackedBatch", "set_shared_packs", "shared_memory_available"]
 
 log = logging.getLogger(__name__)
@@ -207,16 +209,6 @@ _KNOWN: dict[str, tuple[int, int]] = {}
 _KNOWN_LOCK = threading.Lock()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _forget(keys) -> None:
     for key in keys:
         got = _KNOWN.pop(key, None)
@@ -228,7 +220,7 @@ def _register(key: str, fd: int) -> None:
     pid = int(key.split("-", 1)[0])
     with _KNOWN_LOCK:
         if all(p != pid for _, p in _KNOWN.values()):        # a new worker: forget those that exited
-            _forget([k for k, (_, p) in _KNOWN.items() if not _alive(p)])
+            _forget([k for k, (_, p) in _KNOWN.items() if not pid_alive(p)])
         _forget([key])
         _KNOWN[key] = (fd, pid)
 

@@ -52,6 +52,7 @@ from collections.abc import Callable
 import numpy as np
 
 from vlmdata.plan.window_store import WindowPlan
+from vlmdata.sysinfo import pid_alive
 
 __all__ = ["PlanShare", "SharedWindows"]
 
@@ -66,16 +67,6 @@ _SAFE_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
 def _default_parent() -> str:
     shm = "/dev/shm"
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _remove_if_owner(root: str, pid: int) -> None:
@@ -97,7 +88,7 @@ class PlanShare:
         parent = parent or _default_parent()
         for name in os.listdir(parent) if os.path.isdir(parent) else ():
             m = _PRIVATE.match(name)
-            if m and not _alive(int(m.group(1))):
+            if m and not pid_alive(int(m.group(1))):
                 shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
         root = tempfile.mkdtemp(prefix=f"vlmdata-plan-{os.getpid()}-", dir=parent)
         share = cls(root, private=True)

@@ -9,6 +9,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "GEN_RAW_WORDS": "corpus", "find_gen_raw": "corpus", "gen_raw_lengths": "corpus", "image_and_word_counts": "corpus",
     "require_gen_raw": "corpus",
     "SyntheticDataset": "synthetic_pipeline", "SyntheticSpec": "synthetic_pipeline",
+    "write_report": "reports",
     "ModelFilesUnavailable": "model_folders", "chatml_folder": "model_folders", "default_cache": "model_folders",
     "llava_folder": "model_folders", "qwen2_vl_folder": "model_folders",
 })
