@@ -60,7 +60,7 @@ def main() -> None:
     for name, rs in result.ranges.items():
         for a, b in rs:
             image_bytes_read += sum(max(0, min(b, e) - max(a, s)) for s, e in images[name])
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores (shared with other engineers' jobs: loaded), "
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, "
           f"Python {platform.python_version()}; {args.samples} gen_raw samples, {len(manifest.shards)} shards, "
           f"{manifest.total_bytes / 1e6:.1f} MB of shards; {args.workers} workers")
     print("| method | seconds | samples/s | bytes read | image bytes read |")

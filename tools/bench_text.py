@@ -65,7 +65,7 @@ def main() -> None:
     fam = load_family(str(folder))
     hf = AutoTokenizer.from_pretrained(str(folder))
     template = json.loads((folder / "chat_template.json").read_text())["chat_template"]
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores (shared with other engineers' jobs: loaded), "
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, "
           f"Python {platform.python_version()}, tokenizers {tokenizers.__version__}, "
           f"transformers {transformers.__version__}; one thread")
     print("| conversations | mean tokens | vlmdata conv/s (tokens/s) | apply_chat_template conv/s | ratio |")
