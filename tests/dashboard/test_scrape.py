@@ -96,7 +96,7 @@ def test_a_redirect_to_a_file_is_not_followed(tmp_path):
     import threading
 
     secret = tmp_path / "secret.txt"
-    secret.write_text("vlmdata_samples_total 42\n")
+    secret.write_text("vlmdata_samples_total 314159265\n")      # a value no port or path can contain
 
     class Redirect(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - the stdlib's name
@@ -116,4 +116,4 @@ def test_a_redirect_to_a_file_is_not_followed(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
-    assert not status["up"] and status["errors"] == 1 and "42" not in json.dumps(tracker.snapshot())
+    assert not status["up"] and status["errors"] == 1 and "314159265" not in json.dumps(tracker.snapshot())
