@@ -49,7 +49,7 @@ IMAGE_COLUMNS = {"width": np.dtype("<i4"), "height": np.dtype("<i4")}
 DERIVED_COLUMNS = {"shard": np.dtype("<i4"), "local": np.dtype("<i4"), "image_start": np.dtype("<i8")}
 PLANNING_COLUMNS = (*SAMPLE_COLUMNS, *IMAGE_COLUMNS)        # what planning reads
 COPY_CHUNK = 4 << 20                                      # copy buffer of commit()
-REMOTE_THREADS = 8
+REMOTE_THREADS = 32                  # a window's ranged reads: 4 columns x its shards, small and latency-bound
 _LOCAL_HEADER = struct.Struct("<4s22xHH")                  # signature, ..., name length, extra length
 
 
@@ -246,44 +246,57 @@ class PlanningColumns:
             done += n
         return out
 
-    def _ranges(self, name: str, ranges: list[tuple[int, int]]) -> list[np.ndarray]:
-        """The column's values in each [a, b) range; ranges that follow each other are read at once."""
-        runs: list[list[int]] = []                      # [a, b, first range, last range + 1]
-        for i, (a, b) in enumerate(ranges):
-            if runs and runs[-1][1] == a:
-                runs[-1][1], runs[-1][3] = b, i + 1
-            else:
-                runs.append([a, b, i, i + 1])
-        if len(runs) == len(ranges):
-            return self._read(name, ranges)
-        out: list[np.ndarray] = []
-        for (a, _, i, j), values in zip(runs, self._read(name, [(r[0], r[1]) for r in runs])):
-            out += [values[x - a:y - a] for x, y in ranges[i:j]]
+    def _columns(self, wanted: dict[str, list[tuple[int, int]]]) -> dict[str, list[np.ndarray]]:
+        """Each column's values in each of its [a, b) ranges. Ranges that follow each other are read at
+        once; on an object store the reads of every column go out together (small, latency-bound)."""
+        jobs: list[tuple[str, int, int]] = []
+        plans: dict[str, tuple[int, list[list[int]]]] = {}
+        for name, ranges in wanted.items():
+            runs: list[list[int]] = []                  # [a, b, first range, last range + 1]
+            for i, (a, b) in enumerate(ranges):
+                if runs and runs[-1][1] == a:
+                    runs[-1][1], runs[-1][3] = b, i + 1
+                else:
+                    runs.append([a, b, i, i + 1])
+            plans[name] = (len(jobs), runs)
+            jobs += [(name, r[0], r[1]) for r in runs]
+        values = self._fetch(jobs)
+        out: dict[str, list[np.ndarray]] = {}
+        for name, ranges in wanted.items():
+            first, runs = plans[name]
+            out[name] = [values[first + k][x - a:y - a] for k, (a, _, i, j) in enumerate(runs) for x, y in ranges[i:j]]
         return out
 
-    def _read(self, name: str, ranges: list[tuple[int, int]]) -> list[np.ndarray]:
+    def _fetch(self, jobs: list[tuple[str, int, int]]) -> list[np.ndarray]:
+        """Values [a, b) of the named column for each job; the remote ones in one pool of threads."""
+        out: list[np.ndarray | None] = [None] * len(jobs)
+        remote = []
+        for i, (name, a, b) in enumerate(jobs):
+            m, url = self.members[name], self.files[name]
+            if not m.stored:
+                out[i] = self._loaded(name)[a:b]
+            elif fsutil.is_local(url):
+                out[i] = self._pread(url, m, a, b)
+            else:
+                remote.append(i)
+        if len(remote) == 1:
+            out[remote[0]] = self._range(*jobs[remote[0]])
+        elif remote:
+            with ThreadPoolExecutor(min(REMOTE_THREADS, len(remote))) as pool:
+                for i, values in zip(remote, pool.map(lambda i: self._range(*jobs[i]), remote)):
+                    out[i] = values
+        return out
+
+    def _range(self, name: str, a: int, b: int) -> np.ndarray:
+        """Values [a, b) of a stored column on an object store (one ranged GET, under the retry policy)."""
         m, url = self.members[name], self.files[name]
-        if not m.stored:
-            col = self._loaded(name)
-            return [col[a:b] for a, b in ranges]
-        if fsutil.is_local(url):
-            return [self._pread(url, m, a, b) for a, b in ranges]
-        size = m.dtype.itemsize
-
-        def read(r: tuple[int, int]) -> np.ndarray:
-            a, b = r
-            if a == b:
-                return np.zeros(0, m.dtype)
-            start, end = m.offset + a * size, m.offset + b * size
-            raw = self._call(lambda: fsutil.read_range(url, start, end, self.storage_options), url)
-            if len(raw) != end - start:
-                raise ValueError(f"{url} is shorter than its columns say (truncated?)")
-            return np.frombuffer(raw, dtype=m.dtype)
-
-        if len(ranges) <= 1:
-            return [read(r) for r in ranges]
-        with ThreadPoolExecutor(min(REMOTE_THREADS, len(ranges))) as pool:
-            return list(pool.map(read, ranges))
+        if a == b:
+            return np.zeros(0, m.dtype)
+        start, end = m.offset + a * m.dtype.itemsize, m.offset + b * m.dtype.itemsize
+        raw = self._call(lambda: fsutil.read_range(url, start, end, self.storage_options), url)
+        if len(raw) != end - start:
+            raise ValueError(f"{url} is shorter than its columns say (truncated?)")
+        return np.frombuffer(raw, dtype=m.dtype)
 
     def read_shards(self, shards) -> dict[str, np.ndarray]:
         """The planning columns of these shards' samples, shard after shard in the given order.
@@ -294,8 +307,8 @@ class PlanningColumns:
         shards = np.asarray(shards, dtype=np.int64)
         s_ranges = [(int(self.sample_start[s]), int(self.sample_start[s + 1])) for s in shards.tolist()]
         i_ranges = [(int(self.image_start[s]), int(self.image_start[s + 1])) for s in shards.tolist()]
-        parts = {name: self._ranges(name, s_ranges) for name in SAMPLE_COLUMNS}
-        parts.update({name: self._ranges(name, i_ranges) for name in IMAGE_COLUMNS})
+        parts = self._columns({**{name: s_ranges for name in SAMPLE_COLUMNS},
+                               **{name: i_ranges for name in IMAGE_COLUMNS}})
         for s, n_img, (a, b) in zip(shards.tolist(), parts["n_images"], i_ranges):
             if int(n_img.sum(dtype=np.int64)) != b - a:
                 raise ValueError(f"{self.url}: shard {s} holds {int(n_img.sum())} images by its n_images column but "
