@@ -38,7 +38,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from pipelines.attention import available_backends, varlen_attention  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
-from vlmdata.testing import gen_raw_lengths  # noqa: E402
+from vlmdata.testing import gen_raw_lengths, write_report  # noqa: E402
 
 PADDED_CAUSAL, PADDED_MASK = "padded SDPA (causal)", "padded SDPA (mask)"
 
@@ -273,11 +273,7 @@ def main() -> int:
     m = measure(args, device, dtype)
     lines = report(args, device, dtype, m)
     print("\n".join(lines))
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print(f"wrote {args.out}")
+    write_report("\n".join(lines), args.out)
     return 0
 
 

@@ -29,6 +29,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from vlmdata.sysinfo import cpu_model  # noqa: E402
+from vlmdata.testing import write_report  # noqa: E402
 
 
 def make_data(work: str, samples: int) -> str:
@@ -157,11 +158,7 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     print("\n".join(lines))
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print(f"wrote {args.out}")
+    write_report("\n".join(lines), args.out)
     return 0 if ok else 1
 
 

@@ -41,6 +41,7 @@ import torch  # noqa: E402
 from pipelines.demo import DemoConfig, make_corpus, shard  # noqa: E402
 from pipelines.packs import concat_packs, epoch_packs, padded_rows, split_pack, spread  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
+from vlmdata.testing import write_report  # noqa: E402
 
 MEAN = [0.48145466, 0.4578275, 0.40821073]
 STD = [0.26862954, 0.26130258, 0.27577711]
@@ -170,11 +171,7 @@ def main() -> int:
         print("\n".join(lines), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print(f"wrote {args.out}")
+    write_report("\n".join(lines), args.out)
     return 0
 
 

@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from vlmdata.sysinfo import cpu_model  # noqa: E402
+from vlmdata.testing import write_report  # noqa: E402
 
 
 def versions() -> dict:
@@ -246,9 +247,7 @@ def main() -> int:
         for name, bname, ours_sps, base_sps, ratio, target in results:
             lines.append(f"| {name} | {ours_sps:.0f} | {bname} | {base_sps:.0f} | {ratio:.2f}x | >= {target}x |")
         lines += ["", info, ""]
-        Path(a.md).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.md).write_text("\n".join(lines))
-        print(f"wrote {a.md}")
+        write_report("\n".join(lines), a.md)
     return 0
 
 

@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from vlmdata.sysinfo import cpu_model  # noqa: E402
-from vlmdata.testing import require_gen_raw  # noqa: E402
+from vlmdata.testing import require_gen_raw, write_report  # noqa: E402
 
 TARGET = 0.97
 
@@ -237,9 +237,7 @@ def main() -> int:
               "", "| side | median rows/s | best rows/s |", "|---|---|---|"]
         md += [f"| {name} | {total / med[name]:.0f} | {total / best[name]:.0f} |" for name in sides]
         md += [""] + lines[len(sides):] + [""]
-        Path(a.md).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.md).write_text("\n".join(md))
-        print(f"wrote {a.md}")
+        write_report("\n".join(md), a.md)
     return 0
 
 

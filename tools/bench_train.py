@@ -33,6 +33,7 @@ from pipelines.model import TinyVLM, VLMConfig  # noqa: E402
 from pipelines.packs import concat_packs, epoch_packs, pad_as_rows, split_pack, spread  # noqa: E402
 from pipelines.train import label_count  # noqa: E402
 from vlmdata.decode import FixedPolicy  # noqa: E402
+from vlmdata.testing import write_report  # noqa: E402
 
 
 def slot_ratios(packs: list[dict], model_cfg: VLMConfig, pad_id: int) -> tuple[float, float]:
@@ -134,11 +135,7 @@ def main() -> int:
                              f"**data-wait fraction: {100 * demo.data_wait_fraction:.1f} %** (target < 5 %)"]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write("\n".join(report_lines) + "\n")
-        print(f"wrote {args.out}")
+    write_report("\n".join(report_lines), args.out)
     return 0
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from vlmdata.sysinfo import cpu_model
-from vlmdata.testing import SyntheticDataset, SyntheticSpec, bench_corpus
+from vlmdata.testing import SyntheticDataset, SyntheticSpec, bench_corpus, write_report
 from vlmdata.tune import (
     LoaderRunner,
     LoaderSettings,
@@ -215,10 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         md += r.lines() + [""]
     text = "\n".join(md)
     print("\n" + text)
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    write_report(text, args.out)
     return 0
 
 
