@@ -18,7 +18,7 @@ test: $(STAMP)
 	bash tools/run_tests.sh $(VENV)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check vlmdata pipelines tools tests
+	$(VENV)/bin/ruff check vlmdata vlmdata_pipelines tools tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

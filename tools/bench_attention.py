@@ -4,7 +4,7 @@
 Packs are filled with samples whose lengths follow gen_raw's statistics (LLaVA layout, 576 tokens per
 336 px image; `vlmdata.testing.gen_raw_lengths`) up to `--tokens` tokens each. For every pack:
 
-- each varlen backend usable here (`pipelines.attention.available_backends`: "reference" anywhere;
+- each varlen backend usable here (`vlmdata_pipelines.attention.available_backends`: "reference" anywhere;
   "torch" = torch.nn.attention.varlen and "flash" = flash-attn on a CUDA device in bf16/fp16) runs on
   q, k, v of shape [T, H, D] with the pack's cu_seqlens;
 - the padded baseline holds the same samples as B rows padded to the longest, [B, H, L, D]:
@@ -36,9 +36,9 @@ sys.path.insert(0, REPO)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from pipelines.attention import available_backends, varlen_attention  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
 from vlmdata.testing import gen_raw_lengths, write_report  # noqa: E402
+from vlmdata_pipelines.attention import available_backends, varlen_attention  # noqa: E402
 
 PADDED_CAUSAL, PADDED_MASK = "padded SDPA (causal)", "padded SDPA (mask)"
 

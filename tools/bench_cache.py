@@ -154,7 +154,9 @@ def bench_dataset(store: SlowStore, tmp: Path, samples: int = 240) -> dict:
     except ImportError as exc:
         return {"skipped": f"VLMDataset or the sharder is not importable: {exc}"}
     raw, ds_dir = tmp / "raw", tmp / "vlm"
-    gen = REPO.parent / "shared" / "bench" / "gen_raw.py"
+    from vlmdata.testing import generator_script
+
+    gen = generator_script()
     subprocess.run([sys.executable, str(gen), str(raw), "--samples", str(samples), "--seed", "0"], check=True,
                    capture_output=True)
     m = shard_dataset(ShardConfig(inputs=[str(raw / "data.jsonl")], input_format="jsonl", output=str(ds_dir),

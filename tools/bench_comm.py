@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """DDP communication hooks against plain all-reduce: bytes, tokens/s and the loss curve (2 ranks, gloo).
 
-One torchrun job (`pipelines.hook_sweep`) trains the same model from the same weights on the same
+One torchrun job (`vlmdata_pipelines.hook_sweep`) trains the same model from the same weights on the same
 packs once per hook, the hooks' steps interleaved so that machine noise hits them alike. Reported per
 hook against the default ("none", fp32 all-reduce): gradient bytes all-reduced per step (counted by
 the hook wrapper: each rank's payload), real tokens/s, and the loss every few steps.
@@ -33,9 +33,9 @@ from vlmdata.testing import write_report  # noqa: E402
 
 
 def make_data(work: str, samples: int) -> str:
-    """The learnable corpus (pipelines.corpus), sharded; images stored at most 224 px."""
-    from pipelines.corpus import generate
+    """The learnable corpus (vlmdata_pipelines.corpus), sharded; images stored at most 224 px."""
     from vlmdata.ingest import ShardConfig, shard_dataset
+    from vlmdata_pipelines.corpus import generate
 
     raw, out = os.path.join(work, "raw"), os.path.join(work, "ds")
     generate(raw, samples, seed=0)
@@ -46,7 +46,7 @@ def make_data(work: str, samples: int) -> str:
 
 def run_sweep(args: argparse.Namespace, data: str, out: str) -> tuple[dict, float]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "pipelines.hook_sweep", "--data", data, "--out", out, "--configs", args.configs,
+           "-m", "vlmdata_pipelines.hook_sweep", "--data", data, "--out", out, "--configs", args.configs,
            "--steps", str(args.steps), "--accum", str(args.accum), "--model", args.model,
            "--max-tokens", str(args.max_tokens), "--image-size", str(args.image_size), "--lr", str(args.lr),
            "--powersgd-rank", str(args.powersgd_rank), "--powersgd-start-iter", str(args.powersgd_start_iter),
@@ -136,7 +136,7 @@ def main() -> int:
     ap.add_argument("--accum", type=int, default=1)
     ap.add_argument("--model", default="small", choices=("tiny", "small", "base"))
     ap.add_argument("--configs", default="none,bf16,fp16,powersgd,powersgd+rank4,powersgd+rank8",
-                    help="pipelines.hook_sweep configs; `powersgd` (rank --powersgd-rank) is the one with targets")
+                    help="vlmdata_pipelines.hook_sweep configs; `powersgd` (rank --powersgd-rank) is the one with targets")
     ap.add_argument("--max-tokens", type=int, default=1024)
     ap.add_argument("--image-size", type=int, default=56)
     ap.add_argument("--lr", type=float, default=2e-3)

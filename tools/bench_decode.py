@@ -42,7 +42,7 @@ try:
 except ImportError:
     TurboDecoder = None
 from vlmdata.decode import DynamicPolicy, FixedPolicy  # noqa: E402
-from vlmdata.testing import require_gen_raw  # noqa: E402
+from vlmdata.testing import generator_script  # noqa: E402
 
 POLICIES = {"fixed 336x336": FixedPolicy(336), "dynamic (14x2, <=448^2)": DynamicPolicy()}
 
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         raw = args.raw
         if raw is None:
             raw = Path(tmp) / "raw"
-            subprocess.run([sys.executable, require_gen_raw(), str(raw), "--samples", str(args.samples),
+            subprocess.run([sys.executable, generator_script(), str(raw), "--samples", str(args.samples),
                             "--seed", str(args.seed)], check=True, capture_output=True)
         data, sizes = load_images(raw)
     print(f"images: {len(data)} ({sum(map(len, data)) / 1e6:.1f} MB encoded), calls of {args.pack}")

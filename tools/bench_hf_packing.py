@@ -38,10 +38,10 @@ sys.path.insert(0, REPO)
 
 import torch  # noqa: E402
 
-from pipelines.demo import DemoConfig, make_corpus, shard  # noqa: E402
-from pipelines.packs import concat_packs, epoch_packs, padded_rows, split_pack, spread  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
 from vlmdata.testing import write_report  # noqa: E402
+from vlmdata_pipelines.demo import DemoConfig, make_corpus, shard  # noqa: E402
+from vlmdata_pipelines.packs import concat_packs, epoch_packs, padded_rows, split_pack, spread  # noqa: E402
 
 MEAN = [0.48145466, 0.4578275, 0.40821073]
 STD = [0.26862954, 0.26130258, 0.27577711]
@@ -143,7 +143,7 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=256, help="the tiny model's hidden size")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--max-pixels", type=int, default=224 * 224, help="the model's max_pixels (images' token cap)")
-    ap.add_argument("--corpus", default="auto", choices=("auto", "gen_raw", "builtin"))
+    ap.add_argument("--corpus", default="raw", choices=("raw", "learnable"))
     ap.add_argument("--attn", default="auto", help="attention implementation (auto: vlmdata_varlen on CPU; "
                     "sdpa: the 4-D block mask)")
     ap.add_argument("--threads", type=int, default=1)

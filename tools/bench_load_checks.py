@@ -35,10 +35,10 @@ def prepare(cache: str, samples: int) -> str:
     """gen_raw corpus -> vlmdata shards (cached); returns the dataset root."""
     raw = os.path.join(cache, f"genraw-llava-{samples}")
     if not os.path.exists(os.path.join(raw, "data.jsonl")):
-        from vlmdata.testing import require_gen_raw
+        from vlmdata.testing import generator_script
 
         print(f"making the corpus: gen_raw.py {raw} --samples {samples} (once, cached)", flush=True)
-        subprocess.run([sys.executable, require_gen_raw(), raw, "--samples", str(samples), "--seed", "0"], check=True)
+        subprocess.run([sys.executable, generator_script(), raw, "--samples", str(samples), "--seed", "0"], check=True)
     root = os.path.join(cache, f"shards-wds-checked-{samples}")   # written by this vlmdata: indices name their shard
     if not os.path.exists(os.path.join(root, "manifest.json")):
         from vlmdata.ingest import ShardConfig, shard_dataset

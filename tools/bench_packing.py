@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Packing efficiency (real tokens / all tokens) at max_tokens=8192 on the gen_raw.py corpus.
+"""Packing efficiency (real tokens / all tokens) at max_tokens=8192 on the raw benchmark corpus.
 
     python tools/bench_packing.py [--samples 2000] [--corpus DIR] [--sim-samples 200000]
 
 Lengths are what the planner sees: text tokens (byte tokenizer, LLaVA layout)
 plus 576 tokens per image (336 px, patch 14). The real corpus is made by
-../shared/bench/gen_raw.py once and reused; image sizes are read from the
-JPEG headers. A larger sample drawn from gen_raw.py's distributions is
+vlmdata.testing.raw_corpus once and reused; image sizes are read from the
+JPEG headers. A larger sample drawn from the same distributions is
 packed too. Compared in the same run: next-fit (streaming), best-fit-decreasing,
 padding to the longest sample of fixed-size batches, and length bucketing.
 Target (issue 3): vlmdata's packer >= 99 %. Two figures per method: real tokens over
@@ -28,7 +28,7 @@ from PIL import Image
 
 from vlmdata.plan import best_fit_decreasing, bucket, fill_ratio, next_fit, pack, padded_ratio
 from vlmdata.sysinfo import cpu_model  # noqa: E402
-from vlmdata.testing import gen_raw_lengths, require_gen_raw  # noqa: E402
+from vlmdata.testing import gen_raw_lengths, generator_script  # noqa: E402
 from vlmdata.text import ByteTokenizer, encode_conversation
 
 IMAGE_TOKENS = (336 // 14) ** 2
@@ -113,7 +113,7 @@ def main() -> None:
     root = a.corpus or os.path.join(os.environ.get("VLMDATA_BENCH_CACHE", "/tmp/vlmdata-bench"),
                                     f"genraw-llava-{a.samples}")
     if not os.path.exists(os.path.join(root, "data.jsonl")):
-        gen_raw = require_gen_raw()
+        gen_raw = generator_script()
         print(f"making the corpus: {gen_raw} {root} --samples {a.samples} --seed 0 (once, cached)")
         subprocess.run([sys.executable, gen_raw, root, "--samples", str(a.samples), "--seed", "0"], check=True)
     lengths, images = corpus_lengths(root)

@@ -25,7 +25,7 @@ from vlmdata import ShardConfig, shard_dataset
 from vlmdata.formats import Manifest, SampleIndex
 from vlmdata.ingest import RetokenizeConfig, retokenize_dataset
 from vlmdata.sysinfo import cpu_model
-from vlmdata.testing import llava_folder, qwen2_vl_folder, require_gen_raw
+from vlmdata.testing import generator_script, llava_folder, qwen2_vl_folder
 
 
 def main() -> None:
@@ -38,7 +38,7 @@ def main() -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     raw = out / "raw"
-    subprocess.run([sys.executable, require_gen_raw(), str(raw), "--samples", str(args.samples), "--seed", "0"],
+    subprocess.run([sys.executable, generator_script(), str(raw), "--samples", str(args.samples), "--seed", "0"],
                    check=True)
     qwen, llava = qwen2_vl_folder(), llava_folder(out / "llava-1.5-small")
     shard_dataset(ShardConfig(inputs=[str(raw)], output=str(out / "ds"), tokenizer=str(qwen), workers=args.workers,

@@ -57,7 +57,9 @@ def versions() -> dict:
 def make_corpus(path: Path, samples: int, seed: int) -> Path:
     if (path / "data.jsonl").exists():
         return path
-    gen = Path(os.environ.get("VLMDATA_GEN_RAW", REPO.parent / "shared" / "bench" / "gen_raw.py"))
+    from vlmdata.testing import generator_script
+
+    gen = generator_script()
     tmp = path.with_name(path.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     subprocess.run([sys.executable, str(gen), str(tmp), "--samples", str(samples), "--seed", str(seed)], check=True)

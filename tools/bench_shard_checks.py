@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from vlmdata.sysinfo import cpu_model  # noqa: E402
-from vlmdata.testing import require_gen_raw, write_report  # noqa: E402
+from vlmdata.testing import generator_script, write_report  # noqa: E402
 
 TARGET = 0.97
 
@@ -90,7 +90,7 @@ def make_corpus(path: Path, samples: int, seed: int) -> Path:
         return path
     tmp = path.with_name(path.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    subprocess.run([sys.executable, require_gen_raw(), str(tmp), "--samples", str(samples), "--seed", str(seed)],
+    subprocess.run([sys.executable, generator_script(), str(tmp), "--samples", str(samples), "--seed", str(seed)],
                    check=True)
     tmp.rename(path)
     return path

@@ -28,12 +28,12 @@ sys.path.insert(0, REPO)
 
 import torch  # noqa: E402
 
-from pipelines.demo import DemoConfig, cpu_model, make_corpus, report, run_demo, shard  # noqa: E402
-from pipelines.model import TinyVLM, VLMConfig  # noqa: E402
-from pipelines.packs import concat_packs, epoch_packs, pad_as_rows, split_pack, spread  # noqa: E402
-from pipelines.train import label_count  # noqa: E402
 from vlmdata.decode import FixedPolicy  # noqa: E402
 from vlmdata.testing import write_report  # noqa: E402
+from vlmdata_pipelines.demo import DemoConfig, cpu_model, make_corpus, report, run_demo, shard  # noqa: E402
+from vlmdata_pipelines.model import TinyVLM, VLMConfig  # noqa: E402
+from vlmdata_pipelines.packs import concat_packs, epoch_packs, pad_as_rows, split_pack, spread  # noqa: E402
+from vlmdata_pipelines.train import label_count  # noqa: E402
 
 
 def slot_ratios(packs: list[dict], model_cfg: VLMConfig, pad_id: int) -> tuple[float, float]:
@@ -100,7 +100,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=2048)
     ap.add_argument("--image-size", type=int, default=56)
     ap.add_argument("--model", default="small", choices=("tiny", "small", "base"))
-    ap.add_argument("--corpus", default="auto", choices=("auto", "gen_raw", "builtin"))
+    ap.add_argument("--corpus", default="raw", choices=("raw", "learnable"))
     ap.add_argument("--threads", type=int, default=1, help="torch threads for the single-process comparison")
     ap.add_argument("--no-demo", action="store_true", help="skip the demo's data-wait measurement")
     ap.add_argument("--demo-steps", type=int, default=30)
@@ -113,8 +113,8 @@ def main() -> int:
         corpus = make_corpus(cfg, os.path.join(work, "raw"))
         data = os.path.join(work, "ds")
         shard(os.path.join(work, "raw"), data, args.image_size)
-        from pipelines.data import DataOptions, model_fields_for
         from vlmdata.formats import Manifest
+        from vlmdata_pipelines.data import DataOptions, model_fields_for
 
         fields = model_fields_for(DataOptions(data=data, image_size=args.image_size))
         pad_id = int(Manifest.load(data).tokenizer["special"]["pad"])

@@ -15,11 +15,11 @@
 #   loader-gpu   tools/bench_gpu_loader.py: the memmap path's host-to-device rate (pinned and straight from
 #                the packs' shared memory, next to a plain 256 MiB H2D copy) and DALI mixed decode images/s
 #                end to end (tar shards, defer_decode, DaliGpuStage in the training process)
-#   attention    pipelines.attention: each CUDA varlen backend equals the reference (if pipelines/ exists)
+#   attention    vlmdata_pipelines.attention: each CUDA varlen backend equals the reference (if pipelines/ exists)
 #   attn-bench   tools/bench_attention.py: time and peak memory of each varlen backend vs padded SDPA
 #   telemetry    tests/pipelines/test_telemetry.py + test_profiling.py on the GPU: NVML and allocator
 #                metrics, and the profiler's step breakdown from CUDA kernels (sums to the step time)
-#   train        a few steps of pipelines.train under torchrun, fixed and dynamic images (if present);
+#   train        a few steps of vlmdata_pipelines.train under torchrun, fixed and dynamic images (if present);
 #                the images must be decoded by DaliGpuStage in the training process (--decode-stage
 #                auto on a GPU; dali-cpu in the dry run); the fixed-size run is profiled (--profile 2)
 #
@@ -179,7 +179,7 @@ loader_gpu_step() {
 attention_step() {
     "$PY" - "$ATTN_DEVICE" <<'EOF'
 import sys, torch
-from pipelines.attention import available_backends, varlen_attention
+from vlmdata_pipelines.attention import available_backends, varlen_attention
 dev, dt = torch.device(sys.argv[1]), torch.bfloat16
 names = available_backends(dev, dt)
 print("varlen backends on", torch.cuda.get_device_name(0) if dev.type == "cuda" else dev, "bf16:", names)
@@ -209,7 +209,7 @@ train_step() {
     # a file, not stdin: the sharding engine starts worker processes that re-import __main__
     cat > "$OUT/make_train_ds.py" <<'EOF'
 import sys
-from pipelines.corpus import generate
+from vlmdata_pipelines.corpus import generate
 from vlmdata.ingest import ShardConfig, shard_dataset
 if __name__ == "__main__":
     out = sys.argv[1]
@@ -219,7 +219,7 @@ if __name__ == "__main__":
 EOF
     PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$OUT/make_train_ds.py" "$OUT" || return 1
     for size in 56 dynamic; do
-        "$PY" -m torch.distributed.run --nproc_per_node 1 -m pipelines.train --data "$ds" --steps 6 \
+        "$PY" -m torch.distributed.run --nproc_per_node 1 -m vlmdata_pipelines.train --data "$ds" --steps 6 \
             --image-size "$size" --max-tokens 2048 --num-workers 2 --decoder auto --attn-backend auto \
             --decode-stage "$DECODE_STAGE" --out "$OUT/train-$size" \
             $( [ "$size" = 56 ] && echo --profile 2 ) || { rc=1; continue; }
@@ -253,12 +253,12 @@ if [ "$HAVE_GPU" = 1 ] || [ "$MIXED" = cpu ]; then
     run_step dali-mixed "DALI mixed decode failed" mixed_step
     run_step bench "decode benchmark failed" bench_step
     run_step loader-gpu "GPU loader benchmark failed" loader_gpu_step
-    if [ -f pipelines/attention.py ]; then run_step attention "varlen attention check failed" attention_step
-    else skip attention "pipelines/attention.py not present"; fi
+    if [ -f vlmdata_pipelines/attention.py ]; then run_step attention "varlen attention check failed" attention_step
+    else skip attention "vlmdata_pipelines/attention.py not present"; fi
     run_step attn-bench "attention benchmark failed" attn_bench_step
     run_step telemetry "GPU telemetry / profiler tests failed" telemetry_step
-    if [ -f pipelines/train.py ] && [ -f pipelines/corpus.py ]; then run_step train "training steps failed" train_step
-    else skip train "pipelines/train.py not present"; fi
+    if [ -f vlmdata_pipelines/train.py ] && [ -f vlmdata_pipelines/corpus.py ]; then run_step train "training steps failed" train_step
+    else skip train "vlmdata_pipelines/train.py not present"; fi
 else
     for s in dali-mixed bench loader-gpu attention attn-bench telemetry train; do skip "$s" "needs an NVIDIA GPU"; done
 fi

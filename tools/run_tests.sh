@@ -12,5 +12,5 @@ if ! command -v chromium >/dev/null 2>&1; then
         echo "warning: chromium missing and not root; install it: sudo apt-get install chromium" >&2
     fi
 fi
-"$VENV/bin/ruff" check vlmdata pipelines tools tests
+"$VENV/bin/ruff" check vlmdata vlmdata_pipelines tools tests
 exec "$VENV/bin/python" -m pytest -q tests

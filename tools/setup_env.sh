@@ -36,7 +36,7 @@ install_codec_headers() {
         echo "warning: codec headers missing and not root: sudo apt-get install -y ${missing[*]}" >&2
     fi
 }
-codecs_ok() { "$VENV/bin/python" -m vlmdata.decode.codecs >/dev/null 2>&1; }
+codecs_ok() { "$VENV/bin/python" -m vlmdata.decode.codec_support >/dev/null 2>&1; }
 is_simd() { "$VENV/bin/python" -c "import PIL, sys; sys.exit(0 if '.post' in PIL.__version__ else 1)" 2>/dev/null; }
 
 # Pillow-SIMD replaces Pillow's PIL package; it must be installed last. An earlier build that lacks a
@@ -54,5 +54,5 @@ else
     "${PIP[@]}" install Pillow
 fi
 # Fail loudly when the PIL now installed cannot decode WebP, TIFF, JPEG 2000 or convert LAB/ICC images.
-"$VENV/bin/python" -m vlmdata.decode.codecs || { echo "set-up failed: see the line above" >&2; exit 1; }
+"$VENV/bin/python" -m vlmdata.decode.codec_support || { echo "set-up failed: see the line above" >&2; exit 1; }
 "$VENV/bin/python" -c "import PIL, torch, vlmdata; print('env ready: PIL', PIL.__version__, '| torch', torch.__version__)"

@@ -28,11 +28,11 @@ def test_this_build_decodes_webp_tiff_jpeg2000_and_lab():
 
 def test_a_missing_codec_fails_the_check_with_the_package_to_install():
     code = ("import PIL.features as f, sys; f.check = lambda name: name not in ('webp', 'littlecms2'); "
-            "from vlmdata.decode.codecs import main; sys.exit(main())")
+            "from vlmdata.decode.codec_support import main; sys.exit(main())")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
     assert "WebP (webp)" in r.stderr and "libwebp-dev" in r.stderr and "liblcms2-dev" in r.stderr
-    ok = subprocess.run([sys.executable, "-m", "vlmdata.decode.codecs"], cwd=REPO, capture_output=True, text=True,
+    ok = subprocess.run([sys.executable, "-m", "vlmdata.decode.codec_support"], cwd=REPO, capture_output=True, text=True,
                         timeout=120)
     assert ok.returncode == 0 and "webp" in ok.stdout
 
@@ -41,7 +41,7 @@ def test_setup_installs_headers_before_the_build_and_checks_after_it():
     script = (REPO / "tools" / "setup_env.sh").read_text()
     headers = script.index("install_codec_headers\n        ")           # called inside the build branch
     build = script.index("--no-binary pillow-simd")
-    check = script.rindex("-m vlmdata.decode.codecs ||")
+    check = script.rindex("-m vlmdata.decode.codec_support ||")
     assert headers < build < check
     for deb in ("libwebp-dev", "libtiff-dev", "liblcms2-dev", "libopenjp2-7-dev"):
         assert deb in script

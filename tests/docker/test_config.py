@@ -121,7 +121,7 @@ def test_dockerfile_installs_the_readme_way():
     runs = " ".join(re.findall(r"^RUN\s+(.*(?:\\\n.*)*)", text, re.M))
     assert re.search(r"\bmake env\b", runs), "the image must install with `make env` (README)"
     assert not re.search(r"pip\s+install", runs), "no ad-hoc pip install: `make env` does it"
-    for needed in ("Makefile", "pyproject.toml", "tools/", "vlmdata/", "pipelines/"):
+    for needed in ("Makefile", "pyproject.toml", "tools/", "vlmdata/", "vlmdata_pipelines/"):
         assert re.search(rf"^COPY\s+.*{re.escape(needed)}", text, re.M), f"Dockerfile does not copy {needed}"
     assert "/opt/vlmdata/.venv/bin" in text and "VLMDATA_METRICS_HOST=0.0.0.0" in text
     base = re.search(r"^ARG PYTHON_IMAGE=python:(\d+)\.(\d+)", text, re.M)
@@ -223,8 +223,8 @@ def test_checker_rejects_unknown_metrics_and_labels(bad):
 
 def test_compose_commands_parse_with_the_real_command_lines():
     """Every vlmdata / pipelines command in the compose file is accepted by its argparse parser."""
-    from pipelines.train import build_parser as train_parser
     from vlmdata.cli import build_parser
+    from vlmdata_pipelines.train import build_parser as train_parser
 
     services = load_compose()["services"]
     cli = build_parser()
@@ -233,7 +233,7 @@ def test_compose_commands_parse_with_the_real_command_lines():
     dash = services["dashboard"]
     assert cli.parse_args([*dash["entrypoint"][1:], *dash["command"]]).command == "dashboard"
     trainer = services["trainer"]["command"]
-    assert trainer[trainer.index("-m") + 1] == "pipelines.train"
+    assert trainer[trainer.index("-m") + 1] == "vlmdata_pipelines.train"
     train = train_parser().parse_args(trainer[trainer.index("-m") + 2:])
     assert train.metrics_port == 9500 and train.data.startswith("s3://vlmdata/")
     # the trainer reaches the daemon through the socket on the volume both mount
@@ -245,4 +245,4 @@ def test_compose_commands_parse_with_the_real_command_lines():
     steps = [shlex.split(s) for s in services["prepare"]["command"][0].split("&&")]
     shard = cli.parse_args(steps[1][1:])
     assert shard.command == "shard" and shard.output == train.data
-    assert steps[0][:3] == ["python", "-m", "pipelines.corpus"] and shard.inputs[0].startswith(steps[0][3])
+    assert steps[0][:3] == ["python", "-m", "vlmdata_pipelines.corpus"] and shard.inputs[0].startswith(steps[0][3])

@@ -1,4 +1,4 @@
-"""Helpers for the tests of the reference training application (pipelines/): a learnable sharded corpus, packs
+"""Helpers for the tests of the reference training application (vlmdata_pipelines/): a learnable sharded corpus, packs
 from it, gradients, torchrun."""
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ import sys
 
 import torch
 
-from pipelines.model import TinyVLM
-from pipelines.packs import split_pack
 from tests.helpers.paths import REPO
 from tests.helpers.processes import run_group
+from vlmdata_pipelines.model import TinyVLM
+from vlmdata_pipelines.packs import split_pack
 
 
 def make_dataset(root: str, samples: int = 120, seed: int = 0, shard_size: int = 40) -> str:
-    """Generate the learnable corpus (pipelines.corpus) and shard it with vlmdata.ingest; returns the dataset dir."""
-    from pipelines.corpus import generate
+    """Generate the learnable corpus (vlmdata_pipelines.corpus) and shard it with vlmdata.ingest; returns the dataset dir."""
     from vlmdata.ingest import ShardConfig, shard_dataset
+    from vlmdata_pipelines.corpus import generate
 
     raw, out = os.path.join(root, "raw"), os.path.join(root, "ds")
     generate(raw, samples, seed)
@@ -29,7 +29,7 @@ def make_dataset(root: str, samples: int = 120, seed: int = 0, shard_size: int =
 def load_packs(data: str, count: int, max_tokens: int = 512, image_size=28, rank: int = 0,
                world_size: int = 1, seed: int = 0) -> list[dict]:
     """The first `count` packs of a rank, read in-process (no DataLoader workers)."""
-    from pipelines.data import DataOptions
+    from vlmdata_pipelines.data import DataOptions
 
     opts = DataOptions(data=data, max_tokens=max_tokens, image_size=image_size, seed=seed)
     from vlmdata.loading import VLMDataset

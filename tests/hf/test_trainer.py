@@ -131,7 +131,7 @@ def test_clear_errors(setup, tmp_path):
 def test_accelerate_launch_two_processes(setup, tmp_path):
     data, folder = setup
     out = tmp_path / "run"
-    accelerate_launch(["-m", "pipelines.hf_trainer", "--data", data, "--model", folder, "--out", str(out),
+    accelerate_launch(["-m", "vlmdata_pipelines.hf_trainer", "--data", data, "--model", folder, "--out", str(out),
                        "--epochs", "2", "--max-tokens", "512", "--num-workers", "1", "--lr", "2e-3"])
     results = [json.load(open(os.path.join(out, f"result.rank{r}.json"))) for r in range(2)]
     assert [r["world_size"] for r in results] == [2, 2]

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from pipelines.attention import (
+from vlmdata_pipelines.attention import (
     available_backends,
     dense_masked_attention,
     reference_varlen_attention,

@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from pipelines.comm import CommOptions, attach_comm_hook, must_sync_every_micro_batch, wrap_ddp
-from pipelines.model import TinyVLM, VLMConfig
-from pipelines.packs import synthetic_pack
-from pipelines.train import TrainConfig, check_options, init_distributed
+from vlmdata_pipelines.comm import CommOptions, attach_comm_hook, must_sync_every_micro_batch, wrap_ddp
+from vlmdata_pipelines.model import TinyVLM, VLMConfig
+from vlmdata_pipelines.packs import synthetic_pack
+from vlmdata_pipelines.train import TrainConfig, check_options, init_distributed
 
 
 @pytest.fixture

@@ -1,11 +1,11 @@
 """Real 2-rank torchrun jobs (gloo, CPU) with every DDP communication hook and gradient accumulation.
 
-- One job (`pipelines.hook_sweep`) trains none, bf16, fp16, powersgd and powersgd with a static graph
+- One job (`vlmdata_pipelines.hook_sweep`) trains none, bf16, fp16, powersgd and powersgd with a static graph
   side by side, 4 steps of 2 micro-batches each, with small buckets (several per step): after the run
   every rank holds the same parameters for every hook, and the bytes counted per step are what each
   hook must send (fp32 buckets once per step: no_sync micro-batches send nothing; half of it for bf16/
   fp16; PowerSGD's factors after its 2-step warm-up).
-- One `pipelines.train` job exercises the command line: fp16 hook, static graph, accumulation and
+- One `vlmdata_pipelines.train` job exercises the command line: fp16 hook, static graph, accumulation and
   `--profile` under DDP (communication shows up in the breakdown, which adds up to the step time).
 """
 import json
@@ -14,8 +14,8 @@ import os
 
 import pytest
 
-from pipelines.model import TinyVLM, VLMConfig
 from tests.helpers.train import make_dataset, torchrun
+from vlmdata_pipelines.model import TinyVLM, VLMConfig
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]  # torchrun
 
@@ -30,7 +30,7 @@ def dataset(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def params(dataset):
-    from pipelines.data import DataOptions, model_fields_for
+    from vlmdata_pipelines.data import DataOptions, model_fields_for
 
     cfg = VLMConfig.tiny(**model_fields_for(DataOptions(data=dataset, image_size=28)))
     return sum(p.numel() for p in TinyVLM(cfg).parameters())
@@ -38,7 +38,7 @@ def params(dataset):
 
 def test_every_hook_with_accumulation_keeps_ranks_identical(dataset, params, tmp_path):
     out = tmp_path / "sweep"
-    torchrun(["--nproc_per_node", "2", "-m", "pipelines.hook_sweep", "--data", dataset, "--out", str(out),
+    torchrun(["--nproc_per_node", "2", "-m", "vlmdata_pipelines.hook_sweep", "--data", dataset, "--out", str(out),
               "--configs", ",".join(HOOKS), "--steps", "4", "--accum", "2", "--powersgd-start-iter", "2",
               "--ddp-bucket-mb", "0.05", "--log-every", "1", *COMMON], timeout=420)
     sweep = json.loads((out / "sweep.json").read_text())
@@ -70,7 +70,7 @@ def test_every_hook_with_accumulation_keeps_ranks_identical(dataset, params, tmp
 
 def test_command_line_hook_static_graph_and_profile(dataset, params, tmp_path):
     out = tmp_path / "run"
-    torchrun(["--nproc_per_node", "2", "-m", "pipelines.train", "--data", dataset, "--out", str(out), *COMMON,
+    torchrun(["--nproc_per_node", "2", "-m", "vlmdata_pipelines.train", "--data", dataset, "--out", str(out), *COMMON,
               "--num-workers", "1", "--steps", "5", "--accum", "2", "--comm-hook", "fp16", "--ddp-static-graph",
               "--ddp-bucket-mb", "0.05", "--profile", "2", "--metrics-port", "0"], timeout=300)
     r0, r1 = (json.loads((out / f"result.rank{k}.json").read_text()) for k in (0, 1))

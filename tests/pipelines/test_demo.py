@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from pipelines.demo import DemoResult, report
 from tests.helpers.paths import REPO
+from vlmdata_pipelines.demo import DemoResult, report
 
 
 def _figure(text: str, label: str) -> float:
@@ -21,12 +21,12 @@ def _figure(text: str, label: str) -> float:
 @pytest.mark.integration  # the demo: torchrun, the cache daemon
 def test_demo_small_run(tmp_path):
     cmd = [sys.executable, "-m", "vlmdata", "demo", "--workdir", str(tmp_path), "--samples", "60",
-           "--steps", "8", "--corpus", "builtin", "--model", "tiny", "--image-size", "28", "--max-tokens", "512"]
+           "--steps", "8", "--corpus", "learnable", "--model", "tiny", "--image-size", "28", "--max-tokens", "512"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=400,
                           env=dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     out = proc.stdout
-    assert "builtin (pipelines.corpus)" in out
+    assert "learnable (vlmdata_pipelines.corpus)" in out
     assert _figure(out, "real tokens/s") > 0
     assert _figure(out, "images/s") > 0
     assert 0 <= _figure(out, "data-wait fraction") < 100
@@ -51,7 +51,7 @@ def test_demo_small_run(tmp_path):
     assert m, out
     assert 0 <= float(m.group(1)) <= 100 and int(m.group(2)) >= len(manifest["shards"])
     # the same ranks' results reported for a run without the daemon say so
-    without = report(DemoResult(corpus="gen_raw", daemon=None, ranks=results, shard_seconds=1.0,
+    without = report(DemoResult(corpus="raw", daemon=None, ranks=results, shard_seconds=1.0,
                                 train_seconds=1.0, max_tokens=1024))
     assert "cache daemon       not used" in without
 
@@ -63,30 +63,34 @@ def test_demo_command_is_registered():
     assert args.steps == 3 and args.no_daemon and args.func is not None
 
 
-def test_gen_raw_absent_falls_back_to_builtin(tmp_path, monkeypatch):
-    """Without ../shared the demo still has a corpus: the built-in generator."""
-    import pipelines.demo as demo
+def test_demo_corpus_needs_nothing_beside_the_checkout(tmp_path, monkeypatch):
+    """The demo's corpora are made by the project itself: no ../shared, no VLMDATA_GEN_RAW."""
+    import vlmdata_pipelines.demo as demo
 
-    monkeypatch.setattr(demo, "REPO", str(tmp_path / "nowhere"))
     monkeypatch.delenv("VLMDATA_GEN_RAW", raising=False)
-    assert demo.find_gen_raw(demo.REPO) is None
     used = demo.make_corpus(demo.DemoConfig(samples=5), str(tmp_path / "raw"))
-    assert used.startswith("builtin")
-    lines = open(tmp_path / "raw" / "data.jsonl").read().splitlines()
-    assert len(lines) == 5 and all(json.loads(x)["conversations"] for x in lines)
-    with pytest.raises(SystemExit, match="gen_raw"):
-        demo.make_corpus(demo.DemoConfig(samples=5, corpus="gen_raw"), str(tmp_path / "raw2"))
+    assert used == "raw (raw_corpus.py)"
+    learnable = demo.make_corpus(demo.DemoConfig(samples=5, corpus="learnable"), str(tmp_path / "learn"))
+    assert learnable.startswith("learnable")
+    for folder in ("raw", "learn"):
+        lines = open(tmp_path / folder / "data.jsonl").read().splitlines()
+        assert len(lines) == 5 and all(json.loads(x)["conversations"] for x in lines)
+    monkeypatch.setenv("VLMDATA_GEN_RAW", str(tmp_path / "absent.py"))
+    with pytest.raises(FileNotFoundError, match="VLMDATA_GEN_RAW"):
+        demo.make_corpus(demo.DemoConfig(samples=5), str(tmp_path / "raw2"))
+    with pytest.raises(SystemExit, match="unknown corpus"):
+        demo.make_corpus(demo.DemoConfig(samples=5, corpus="gen_raw"), str(tmp_path / "raw3"))
 
 
 def _result(**overrides):
-    from pipelines.demo import DemoConfig, DemoResult
+    from vlmdata_pipelines.demo import DemoConfig, DemoResult
 
     rank = {"world_size": 2, "steps": [0, 1, 2], "device": "cpu", "losses": [5.0, 4.0, 3.5], "checksum": 1.0,
             "tokens_per_second": 1234.0, "images_per_second": 5.0, "data_wait_fraction": 0.02,
             "total_real_tokens": 900, "total_packs": 1, "params": 4_400_000, "decode_stage": None,
             "loader_stats": {"samples": 10, "skipped": {"corrupt_image": 1},
                              "cache_hits": {"memory": 2, "disk": 1, "remote": 1}, "cache_misses": {"memory": 2}}}
-    fields = {"corpus": "builtin", "daemon": None, "ranks": [rank, dict(rank, data_wait_fraction=0.08)],
+    fields = {"corpus": "learnable", "daemon": None, "ranks": [rank, dict(rank, data_wait_fraction=0.08)],
               "shard_seconds": 1.0, "train_seconds": 2.0, "max_tokens": 1024, "config": DemoConfig(),
               "dataset": {"shards": 2, "samples": 200, "images": 300, "bytes": 3_200_000}}
     fields.update(overrides)
@@ -94,7 +98,7 @@ def _result(**overrides):
 
 
 def test_cache_hit_rate_counts_reads_served_by_a_cache_tier():
-    from pipelines.demo import cache_hit_rate
+    from vlmdata_pipelines.demo import cache_hit_rate
 
     assert cache_hit_rate({"hits": {"memory": 3, "disk": 1, "remote": 4}, "misses": {"memory": 5, "disk": 4}}) == (
         0.5, 8)
@@ -106,7 +110,7 @@ def test_cache_hit_rate_counts_reads_served_by_a_cache_tier():
 
 
 def test_report_explains_each_figure():
-    from pipelines.demo import report
+    from vlmdata_pipelines.demo import report
 
     text = report(_result())
     assert "data-wait fraction 8.0 %" in text and "bottleneck" in text  # the worst rank, flagged over 5 %

@@ -1,5 +1,5 @@
 """A Hugging Face VLM in the reference loop: HFPackedModel's loss equals the model's own, DDP-safe graphs, FSDP
-units, and `pipelines.train --model hf:DIR` trains on a vlmdata dataset."""
+units, and `vlmdata_pipelines.train --model hf:DIR` trains on a vlmdata dataset."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,6 @@ import json
 import pytest
 import torch
 
-from pipelines.hf_model import HFModelConfig, HFPackedModel
-from pipelines.train import build_parser, configs_from_args, main
 from tests.helpers.hf import (
     make_conversations,
     qwen_processor,
@@ -20,6 +18,8 @@ from tests.helpers.hf import (
 from tests.helpers.train import make_dataset
 from vlmdata.errors import ConfigError
 from vlmdata.hf import make_adapter, take_meta
+from vlmdata_pipelines.hf_model import HFModelConfig, HFPackedModel
+from vlmdata_pipelines.train import build_parser, configs_from_args, main
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def test_two_ranks_ddp_with_llava(dataset, tmp_path):
 
     folder = write_llava_folder(str(tmp_path / "llava"), vocab_size=262, image_token_id=258, image_size=56)
     out = tmp_path / "out"
-    torchrun(["--nproc_per_node", "2", "-m", "pipelines.train", "--data", dataset, "--model", f"hf:{folder}",
+    torchrun(["--nproc_per_node", "2", "-m", "vlmdata_pipelines.train", "--data", dataset, "--model", f"hf:{folder}",
               "--steps", "6", "--max-tokens", "512", "--num-workers", "1", "--lr", "3e-3", "--out", str(out)],
              timeout=600)
     r0, r1 = (json.load(open(out / f"result.rank{r}.json")) for r in range(2))

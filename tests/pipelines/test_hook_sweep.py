@@ -1,8 +1,8 @@
-"""pipelines.hook_sweep's config specs (its 2-rank torchrun run is in test_comm_torchrun.py)."""
+"""vlmdata_pipelines.hook_sweep's config specs (its 2-rank torchrun run is in test_comm_torchrun.py)."""
 import pytest
 
-from pipelines.comm import CommOptions
-from pipelines.hook_sweep import parse_config
+from vlmdata_pipelines.comm import CommOptions
+from vlmdata_pipelines.hook_sweep import parse_config
 
 
 def test_sweep_config_specs():

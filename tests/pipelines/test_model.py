@@ -7,10 +7,10 @@ attention backend usable here; the reference backend always runs.
 import pytest
 import torch
 
-from pipelines.attention import available_backends
-from pipelines.model import TinyVLM, VLMConfig
-from pipelines.packs import synthetic_pack
 from tests.helpers.train import assert_grads_close, grads_of, one_by_one
+from vlmdata_pipelines.attention import available_backends
+from vlmdata_pipelines.model import TinyVLM, VLMConfig
+from vlmdata_pipelines.packs import synthetic_pack
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -119,8 +119,8 @@ def dataset(tmp_path_factory):
 def test_dataset_packs_equal_samples_one_by_one(dataset, image_size, backend):
     """Packs made by VLMDataset (fixed and dynamic resolution) split into their samples exactly."""
     _backend_or_skip(backend)
-    from pipelines.data import DataOptions, model_fields_for
     from tests.helpers.train import load_packs
+    from vlmdata_pipelines.data import DataOptions, model_fields_for
 
     fields = model_fields_for(DataOptions(data=dataset, image_size=image_size))
     torch.manual_seed(0)

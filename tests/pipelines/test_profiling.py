@@ -12,13 +12,13 @@ import pytest
 import torch
 from torch import nn
 
-from pipelines.data import DataOptions, DatasetSource, ListSource, StagedSource, model_fields_for
-from pipelines.model import PIXEL_MEAN, PIXEL_STD, TinyVLM, VLMConfig
-from pipelines.packs import synthetic_pack
-from pipelines.profiling import ProfileOptions, phase, phase_modules
-from pipelines.step_breakdown import PHASES
-from pipelines.train import TrainConfig, Trainer, check_options, init_distributed, train
 from tests.helpers.train import make_dataset
+from vlmdata_pipelines.data import DataOptions, DatasetSource, ListSource, StagedSource, model_fields_for
+from vlmdata_pipelines.model import PIXEL_MEAN, PIXEL_STD, TinyVLM, VLMConfig
+from vlmdata_pipelines.packs import synthetic_pack
+from vlmdata_pipelines.profiling import ProfileOptions, phase, phase_modules
+from vlmdata_pipelines.step_breakdown import PHASES
+from vlmdata_pipelines.train import TrainConfig, Trainer, check_options, init_distributed, train
 
 
 def _steps(out) -> dict[int, dict]:
@@ -34,7 +34,7 @@ def test_profiled_run_trace_breakdown_and_metrics(tmp_path, caplog):
     trainer = Trainer(TrainConfig(steps=7, metrics_port=0, out_dir=str(tmp_path), profile=opts), cfg,
                       init_distributed())
     try:
-        with caplog.at_level(logging.INFO, logger="pipelines.train"):
+        with caplog.at_level(logging.INFO, logger="vlmdata_pipelines.train"):
             result = trainer.run(ListSource(packs))
         body = urllib.request.urlopen(trainer.metrics_url, timeout=10).read().decode()
     finally:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.autograd.profiler import record_function
 
-from pipelines.step_breakdown import (
+from vlmdata_pipelines.step_breakdown import (
     PHASES,
     Breakdown,
     StepTimeline,

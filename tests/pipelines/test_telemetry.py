@@ -6,11 +6,11 @@ import urllib.request
 import pytest
 import torch
 
-from pipelines.data import ListSource
-from pipelines.model import TinyVLM, VLMConfig
-from pipelines.packs import synthetic_pack
-from pipelines.telemetry import GpuTelemetry, gradient_norm
-from pipelines.train import TrainConfig, Trainer, init_distributed
+from vlmdata_pipelines.data import ListSource
+from vlmdata_pipelines.model import TinyVLM, VLMConfig
+from vlmdata_pipelines.packs import synthetic_pack
+from vlmdata_pipelines.telemetry import GpuTelemetry, gradient_norm
+from vlmdata_pipelines.train import TrainConfig, Trainer, init_distributed
 
 NO_CUDA = "needs a CUDA device: GPU telemetry (NVML utilisation/memory, allocator peak) runs in tools/gpu_check.sh"
 
@@ -75,7 +75,7 @@ def test_gpu_telemetry_readings_and_metrics(tmp_path):
 
 
 def test_log_line_shows_grad_norm_and_gpu_reading():
-    from pipelines.train import StepRecord, format_record
+    from vlmdata_pipelines.train import StepRecord, format_record
 
     rec = StepRecord(step=4, loss=2.5, label_tokens=10, real_tokens=1000, images=1, samples=2, packs=2,
                      step_seconds=0.5, wait_seconds=0.05, lr=1e-3, grad_norm=0.75)

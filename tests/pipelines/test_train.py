@@ -7,12 +7,12 @@ import urllib.request
 import pytest
 import torch
 
-from pipelines.checkpoint import latest_checkpoint, load_checkpoint
-from pipelines.data import DataOptions, DatasetSource, ListSource, model_fields_for
-from pipelines.model import TinyVLM, VLMConfig
-from pipelines.packs import synthetic_pack
-from pipelines.train import TrainConfig, Trainer, init_distributed, train
 from tests.helpers.train import make_dataset
+from vlmdata_pipelines.checkpoint import latest_checkpoint, load_checkpoint
+from vlmdata_pipelines.data import DataOptions, DatasetSource, ListSource, model_fields_for
+from vlmdata_pipelines.model import TinyVLM, VLMConfig
+from vlmdata_pipelines.packs import synthetic_pack
+from vlmdata_pipelines.train import TrainConfig, Trainer, init_distributed, train
 
 
 @pytest.fixture(scope="module")

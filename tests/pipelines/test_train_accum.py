@@ -1,10 +1,10 @@
 """Gradient accumulation over packs (normalised by the global label count) equals one large batch."""
 import torch
 
-from pipelines.model import TinyVLM, VLMConfig
-from pipelines.packs import concat_packs, synthetic_pack
-from pipelines.train import accumulate_gradients, label_count
 from tests.helpers.train import assert_grads_close
+from vlmdata_pipelines.model import TinyVLM, VLMConfig
+from vlmdata_pipelines.packs import concat_packs, synthetic_pack
+from vlmdata_pipelines.train import accumulate_gradients, label_count
 
 
 def _grads(model):
@@ -46,8 +46,8 @@ def test_accumulation_matches_one_large_batch_synthetic():
 
 
 def test_accumulation_matches_one_large_batch_dataset(tmp_path):
-    from pipelines.data import DataOptions, model_fields_for
     from tests.helpers.train import load_packs, make_dataset
+    from vlmdata_pipelines.data import DataOptions, model_fields_for
 
     data = make_dataset(str(tmp_path), samples=40, seed=2)
     fields = model_fields_for(DataOptions(data=data, image_size=28))

@@ -15,7 +15,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from pipelines.data import (
+from tests.helpers.train import assert_grads_close, grads_of, make_dataset
+from vlmdata.decode.dali import DaliGpuStage, GpuStageOptions
+from vlmdata.loading import DatasetOptions, VLMDataset
+from vlmdata_pipelines.data import (
     DataOptions,
     DatasetSource,
     StagedSource,
@@ -25,11 +28,15 @@ from pipelines.data import (
     model_fields_for,
     staged_dataset_source,
 )
-from pipelines.model import PIXEL_MEAN, PIXEL_STD, TinyVLM, VLMConfig, patch_sequence, pixels_are_normalised
-from pipelines.train import TrainConfig, train
-from tests.helpers.train import assert_grads_close, grads_of, make_dataset
-from vlmdata.decode.dali import DaliGpuStage, GpuStageOptions
-from vlmdata.loading import DatasetOptions, VLMDataset
+from vlmdata_pipelines.model import (
+    PIXEL_MEAN,
+    PIXEL_STD,
+    TinyVLM,
+    VLMConfig,
+    patch_sequence,
+    pixels_are_normalised,
+)
+from vlmdata_pipelines.train import TrainConfig, train
 
 SIZES = {"fixed": 56, "dynamic": "dynamic"}
 

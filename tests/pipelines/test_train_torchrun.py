@@ -1,4 +1,4 @@
-"""Real `torchrun` runs of pipelines.train on CPU (gloo), 2 ranks, on a sharded learnable corpus.
+"""Real `torchrun` runs of vlmdata_pipelines.train on CPU (gloo), 2 ranks, on a sharded learnable corpus.
 
 - DDP trains (the loss goes down) and the ranks stay in sync (identical parameter checksums);
 - stop-and-resume reproduces the uninterrupted run's losses exactly (bitwise on CPU: the
@@ -15,9 +15,9 @@ import os
 import pytest
 import torch
 
-from pipelines.model import TinyVLM, VLMConfig
-from pipelines.packs import concat_packs
 from tests.helpers.train import load_packs, make_dataset, torchrun
+from vlmdata_pipelines.model import TinyVLM, VLMConfig
+from vlmdata_pipelines.packs import concat_packs
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]  # torchrun
 
@@ -30,7 +30,7 @@ def dataset(tmp_path_factory):
 
 
 def _run(data, out, *extra, nproc=2, timeout=300):
-    torchrun(["--nproc_per_node", str(nproc), "-m", "pipelines.train", "--data", data, "--out", str(out),
+    torchrun(["--nproc_per_node", str(nproc), "-m", "vlmdata_pipelines.train", "--data", data, "--out", str(out),
               *COMMON, *extra], timeout=timeout)
     return [json.load(open(os.path.join(out, f"result.rank{r}.json"))) for r in range(nproc)]
 
@@ -99,7 +99,7 @@ def test_accumulation_over_ranks_matches_one_large_batch(dataset, tmp_path):
         packs += load_packs(dataset, 2, max_tokens=512, image_size=28, rank=rank, world_size=2)
     counts = [int((p["labels"][1:] != -100).sum()) for p in packs]
     assert len(set(counts)) > 1  # micro-batches differ, so the normalisation matters
-    from pipelines.data import DataOptions, model_fields_for
+    from vlmdata_pipelines.data import DataOptions, model_fields_for
 
     torch.manual_seed(0)
     model = TinyVLM(VLMConfig.preset("tiny", **model_fields_for(DataOptions(data=dataset, image_size=28))))

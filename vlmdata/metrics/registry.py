@@ -75,7 +75,7 @@ class MetricSet:
         self.steps = PCounter("vlmdata_steps_total", "Training steps completed", rank, registry=r)
         self.step_time = Histogram("vlmdata_step_duration_seconds", "Duration of one training step", rank, registry=r,
                                    buckets=STEP_BUCKETS)
-        # training toolbox (pipelines/: profiler breakdown, optimizer health, DDP hook, GPU telemetry)
+        # training toolbox (vlmdata_pipelines/: profiler breakdown, optimizer health, DDP hook, GPU telemetry)
         self.phase_seconds = PCounter("vlmdata_train_phase_seconds_total",
                                       "Seconds of profiled training steps, by phase (they add up to the step time)",
                                       rank + ["phase"], registry=r)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from vlmdata.testing.corpus import require_gen_raw
+from vlmdata.testing.corpus import generator_script
 
 __all__ = ["BenchCorpus", "bench_corpus"]
 
@@ -52,7 +52,7 @@ def _raw(cache: str, samples: int) -> str:
         os.replace(os.path.join(raw, "data.jsonl.tmp"), os.path.join(raw, "data.jsonl"))
         return raw
     print(f"corpus: gen_raw.py {raw} --samples {samples} --seed 0 (once, cached)", flush=True)
-    subprocess.run([sys.executable, require_gen_raw(), raw, "--samples", str(samples), "--seed", "0"],
+    subprocess.run([sys.executable, generator_script(), raw, "--samples", str(samples), "--seed", "0"],
                    check=True, stdout=subprocess.DEVNULL)
     return raw
 

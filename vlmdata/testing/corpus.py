@@ -1,7 +1,7 @@
-"""The benchmark corpus of `../shared/bench/gen_raw.py`: where its generator is, and a model of its statistics.
+"""The raw corpus of tests and benchmarks: its generator (`raw_corpus.py`) and a model of its statistics.
 
 `gen_raw_lengths` and `image_and_word_counts` draw per-sample image counts
-and caption lengths from the same distributions as gen_raw.py (without making
+and caption lengths from the same distributions as the generator (without making
 any image), so packing and planning can be measured on millions of samples.
 """
 from __future__ import annotations
@@ -11,39 +11,26 @@ from pathlib import Path
 
 import numpy as np
 
-# gen_raw.py's vocabulary (captions are words drawn uniformly from it, joined by spaces)
-GEN_RAW_WORDS = ("a the small large red blue green person dog cat car street table "
-                 "window tree sky building sign text shows picture left right next to "
-                 "on under with holding sitting standing two three several bright dark "
-                 "wooden metal glass food plate cup road field water boat train bus "
-                 "chart axis value label figure diagram screen menu button page line").split()
+from vlmdata.testing.raw_corpus import VOCABULARY as GEN_RAW_WORDS
 
 # BOS USER ("<image>\n" * k + "Describe the content.") ASSISTANT <caption> EOS, in byte tokens, without
 # the caption and the k "\n" after each placeholder: the fixed part of every sample
 PROMPT_TOKENS = 25
 
 
-def find_gen_raw(repo: str | Path | None = None) -> str | None:
-    """gen_raw.py: $VLMDATA_GEN_RAW, else shared/bench/gen_raw.py beside the checkout `repo`
-    (default: the one this package lives in); None if absent."""
-    repo = Path(repo) if repo is not None else Path(__file__).resolve().parents[2]
-    for path in (os.environ.get("VLMDATA_GEN_RAW", ""), repo.parent / "shared" / "bench" / "gen_raw.py"):
-        if path and Path(path).is_file():
-            return str(Path(path).resolve())
-    return None
-
-
-def require_gen_raw() -> str:
-    """Like find_gen_raw, but a clear error when it is missing."""
-    path = find_gen_raw()
-    if path is None:
-        raise FileNotFoundError("gen_raw.py not found: put the shared/ folder beside this checkout "
-                                "or set VLMDATA_GEN_RAW to the generator's path")
-    return path
+def generator_script() -> str:
+    """The corpus generator to run: $VLMDATA_GEN_RAW when it names a file (any script taking
+    `OUT --samples N --seed S --format F --corrupt X`), else vlmdata's own `raw_corpus.py`."""
+    override = os.environ.get("VLMDATA_GEN_RAW", "")
+    if override:
+        if not Path(override).is_file():
+            raise FileNotFoundError(f"VLMDATA_GEN_RAW={override} is not a file")
+        return str(Path(override).resolve())
+    return str(Path(__file__).with_name("raw_corpus.py"))
 
 
 def image_and_word_counts(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Images per sample (0, 1, or 2-8) and caption words per sample, as gen_raw.py draws them."""
+    """Images per sample (0, 1, or 2-8) and caption words per sample, as raw_corpus.py draws them."""
     r = rng.random(n)
     images = np.where(r < 0.05, 0, np.where(r < 0.9, 1, rng.integers(2, 9, n)))
     r2 = rng.random(n)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from pipelines.model import IGNORE, image_grids
+from vlmdata_pipelines.model import IGNORE, image_grids
 
 _TENSOR_KEYS = ("input_ids", "labels", "position_ids")
 

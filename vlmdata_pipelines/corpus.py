@@ -1,14 +1,13 @@
 """A small, learnable image-text corpus in the LLaVA layout, for the demo and the tests.
 
-Used when the team's benchmark generator (`../shared/bench/gen_raw.py`) is not
-around, and by the training tests, which need a corpus whose loss must go
-down. Each sample has 0-3 JPEG images, each a coloured shape on a coloured
+Used by `vlmdata demo --corpus learnable` and by the training tests, which need a corpus whose loss
+must go down (the benchmark corpus is `vlmdata.testing.raw_corpus`). Each sample has 0-3 JPEG images, each a coloured shape on a coloured
 background at a random size (so fixed and dynamic resolution both apply),
 and a conversation whose answer describes the images with a short fixed
 grammar. Answer lengths have a long tail (1 to ~60 sentences), like real
 instruction data, so packing matters. Everything is a function of the seed.
 
-    python -m pipelines.corpus OUT --samples 200 --seed 0
+    python -m vlmdata_pipelines.corpus OUT --samples 200 --seed 0
 
 writes OUT/images/*.jpg and OUT/data.jsonl with lines
 {"id", "images": [...], "conversations": [{"from": "human", ...}, {"from": "gpt", ...}]}.

@@ -24,9 +24,9 @@ from typing import Protocol
 
 import torch
 
-from pipelines.profiling import phase
 from vlmdata.decode import DynamicPolicy, FixedPolicy, make_policy
 from vlmdata.formats import Manifest
+from vlmdata_pipelines.profiling import phase
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class StagedSource:
 
 def check_normalisation(mean: tuple, std: tuple) -> None:
     """Raise unless a stage normalises (0-255 scale mean/std) exactly as the model does for uint8 pixels."""
-    from pipelines.model import PIXEL_MEAN, PIXEL_STD
+    from vlmdata_pipelines.model import PIXEL_MEAN, PIXEL_STD
 
     def same(got: tuple, want: tuple) -> bool:
         return len(got) == len(want) and all(math.isclose(a, 255 * b, rel_tol=1e-6) for a, b in zip(got, want))

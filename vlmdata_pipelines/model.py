@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from pipelines.attention import varlen_attention
+from vlmdata_pipelines.attention import varlen_attention
 
 IGNORE = -100
 # CLIP normalisation constants (0-1 scale), applied on the device to uint8 pixels. Floating pixels must

@@ -2,7 +2,7 @@
 
 The trainer marks its phases with `record_function` ranges on the training thread
 (`vlmdata.step#N` around the timed step, and `vlmdata.<phase>` inside it; see
-pipelines/profiling.py). This module turns a profile into one number per phase so that the
+vlmdata_pipelines/profiling.py). This module turns a profile into one number per phase so that the
 phases PARTITION each step: every instant of `vlmdata.step#N` is given to exactly one phase,
 so the phase seconds add up to the step time the profiler saw, which is the trainer's own
 measured step time up to the profiler's bookkeeping.

@@ -2,8 +2,8 @@
 
 One process, or several under `accelerate launch` (or torchrun):
 
-    python -m pipelines.hf_trainer --data DATASET --model MODEL_DIR --epochs 2 --out OUT
-    accelerate launch --multi_gpu --num_processes 2 -m pipelines.hf_trainer --data DATASET --model MODEL_DIR ...
+    python -m vlmdata_pipelines.hf_trainer --data DATASET --model MODEL_DIR --epochs 2 --out OUT
+    accelerate launch --multi_gpu --num_processes 2 -m vlmdata_pipelines.hf_trainer --data DATASET --model MODEL_DIR ...
 
 MODEL_DIR is a Qwen2-VL, Qwen2.5-VL or LLaVA folder (config.json and
 preprocessor_config.json; weights are loaded when present, otherwise the model
@@ -27,11 +27,11 @@ from collections import defaultdict
 
 import torch
 
-log = logging.getLogger("pipelines.hf_trainer")
+log = logging.getLogger("vlmdata_pipelines.hf_trainer")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pipelines.hf_trainer", description=__doc__,
+    p = argparse.ArgumentParser(prog="vlmdata_pipelines.hf_trainer", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="vlmdata dataset (directory or URL with manifest.json)")
     p.add_argument("--model", required=True, help="Hugging Face model folder (Qwen2-VL, Qwen2.5-VL, LLaVA)")

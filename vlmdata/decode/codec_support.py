@@ -4,7 +4,7 @@ Pillow-SIMD is built from source (tools/setup_env.sh) and links only the codec
 libraries whose headers are installed at build time. Built without them,
 WebP, most TIFFs and JPEG 2000 images are accepted at shard time and then
 fail to decode at load time, and LAB or ICC conversions fail, so the set-up
-runs `python -m vlmdata.decode.codecs`, which exits non-zero naming what is
+runs `python -m vlmdata.decode.codec_support`, which exits non-zero naming what is
 missing and the Debian packages that provide it.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ def check_codecs() -> None:
 
 
 def main() -> int:
-    """`python -m vlmdata.decode.codecs`: 0 when every required codec is there, else 1 with the reason."""
+    """`python -m vlmdata.decode.codec_support`: 0 when every required codec is there, else 1 with the reason."""
     try:
         check_codecs()
     except ConfigError as exc:

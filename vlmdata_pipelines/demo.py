@@ -3,10 +3,9 @@ ranks (through the node's cache daemon when vlmdata has one), and print what hap
 
     vlmdata demo [--workdir DIR] [--samples 400] [--steps 30] [--nproc 2]
 
-Corpus: the team's benchmark generator `../shared/bench/gen_raw.py` (found next
-to the repository, or named by $VLMDATA_GEN_RAW) when it is present, else the
-built-in learnable corpus of `pipelines.corpus` (`--corpus builtin` forces it).
-Nothing is vendored: the built-in one is a separate, smaller generator.
+Corpus: vlmdata's raw benchmark corpus (`vlmdata.testing.raw_corpus`: realistic image sizes and
+long-tailed texts; $VLMDATA_GEN_RAW names another generator with the same arguments), or with
+`--corpus learnable` the small learnable corpus of `vlmdata_pipelines.corpus`, whose loss falls fast.
 Every child process is started with an explicit argument list (no shell).
 """
 from __future__ import annotations
@@ -23,9 +22,9 @@ import time
 from dataclasses import dataclass, field
 
 from vlmdata.sysinfo import cpu_model
-from vlmdata.testing import find_gen_raw
+from vlmdata.testing import generator_script
 
-log = logging.getLogger("pipelines.demo")
+log = logging.getLogger("vlmdata_pipelines.demo")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -35,7 +34,7 @@ class DemoConfig:
     samples: int = 200
     steps: int = 30
     nproc: int = 2
-    corpus: str = "auto"              # "auto" | "gen_raw" | "builtin"
+    corpus: str = "raw"               # "raw" | "learnable"
     image_size: int = 56
     max_tokens: int = 1024
     model: str = "small"
@@ -155,17 +154,17 @@ def _torch_version() -> str:
 
 def make_corpus(cfg: DemoConfig, out: str) -> str:
     """Write the raw corpus; returns which generator was used."""
-    gen_raw = find_gen_raw(REPO) if cfg.corpus in ("auto", "gen_raw") else None
-    if cfg.corpus == "gen_raw" and gen_raw is None:
-        raise SystemExit("demo: --corpus gen_raw but ../shared/bench/gen_raw.py is not there (set VLMDATA_GEN_RAW)")
-    if gen_raw:
-        subprocess.run([sys.executable, gen_raw, out, "--samples", str(cfg.samples), "--seed", "0"],
+    if cfg.corpus not in ("raw", "learnable"):
+        raise SystemExit(f"demo: unknown corpus {cfg.corpus!r} (raw or learnable)")
+    if cfg.corpus == "raw":
+        script = generator_script()
+        subprocess.run([sys.executable, script, out, "--samples", str(cfg.samples), "--seed", "0"],
                        check=True, stdout=subprocess.DEVNULL)
-        return f"gen_raw ({gen_raw})"
-    from pipelines.corpus import generate
+        return f"raw ({os.path.basename(script)})"
+    from vlmdata_pipelines.corpus import generate
 
     generate(out, cfg.samples, seed=0)
-    return "builtin (pipelines.corpus)"
+    return "learnable (vlmdata_pipelines.corpus)"
 
 
 def shard(raw: str, out: str, image_size: int) -> None:
@@ -218,7 +217,7 @@ def _pythonpath() -> str:
 
 def train_command(cfg: DemoConfig, data: str, out: str, daemon: str | None) -> list[str]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(cfg.nproc),
-           "-m", "pipelines.train", "--data", data, "--steps", str(cfg.steps), "--out", out,
+           "-m", "vlmdata_pipelines.train", "--data", data, "--steps", str(cfg.steps), "--out", out,
            "--image-size", str(cfg.image_size), "--max-tokens", str(cfg.max_tokens), "--model", cfg.model,
            "--num-workers", str(cfg.num_workers), "--log-every", "5", "--warmup", "3"]
     if daemon:

@@ -15,8 +15,9 @@ def register(subparsers) -> None:
     p.add_argument("--samples", type=int, default=200, help="corpus size")
     p.add_argument("--steps", type=int, default=30, help="training steps")
     p.add_argument("--nproc", type=int, default=2, help="local ranks")
-    p.add_argument("--corpus", choices=("auto", "gen_raw", "builtin"), default="auto",
-                   help="auto: ../shared/bench/gen_raw.py when present, else the built-in generator")
+    p.add_argument("--corpus", choices=("raw", "learnable"), default="raw",
+                   help="raw: the benchmark corpus (realistic sizes, long-tailed texts); learnable: a small "
+                        "corpus whose loss falls fast")
     p.add_argument("--image-size", type=int, default=56, help="fixed image side in pixels (multiple of 14)")
     p.add_argument("--max-tokens", type=int, default=1024, help="tokens per pack")
     p.add_argument("--model", choices=("tiny", "small", "base"), default="small")
@@ -27,7 +28,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.demo import DemoConfig, report, run_demo
+    from vlmdata_pipelines.demo import DemoConfig, report, run_demo
 
     cfg = DemoConfig(workdir=args.workdir, samples=args.samples, steps=args.steps, nproc=args.nproc,
                      corpus=args.corpus, image_size=args.image_size, max_tokens=args.max_tokens, model=args.model,

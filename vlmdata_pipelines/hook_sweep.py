@@ -1,11 +1,11 @@
 """Several DDP communication settings side by side in ONE torchrun job, so that their trade shows:
 
-    python -m torch.distributed.run --nproc_per_node 2 -m pipelines.hook_sweep --data DIR \\
+    python -m torch.distributed.run --nproc_per_node 2 -m vlmdata_pipelines.hook_sweep --data DIR \\
         --configs none,bf16,fp16,powersgd --steps 40 [--accum 2] [--model small] --out OUT
 
 Each config is `HOOK[+static][+noview][+rankN][+startN]`: a `--comm-hook`, optionally with
 `--ddp-static-graph`, without gradient-as-bucket-view, or with its own PowerSGD rank / warm-up start
-(e.g. `powersgd+rank4`); what a config leaves out comes from the command line. Every config gets its own `pipelines.train.Trainer` (its own
+(e.g. `powersgd+rank4`); what a config leaves out comes from the command line. Every config gets its own `vlmdata_pipelines.train.Trainer` (its own
 DDP model with its hook registered, the same initial weights, the same optimizer settings) and
 the same packs: each rank reads steps x accum packs once, before any clock, and every trainer
 iterates over that same list. The trainers then take their steps interleaved (step 1 of every
@@ -27,15 +27,15 @@ from dataclasses import asdict, replace
 
 import torch.distributed as dist
 
-from pipelines.comm import COMM_HOOKS, CommOptions
-from pipelines.data import DataOptions, DatasetSource, ListSource, model_fields_for
-from pipelines.model import VLMConfig
-from pipelines.train import TrainConfig, Trainer, init_distributed
 from vlmdata import fsutil
+from vlmdata_pipelines.comm import COMM_HOOKS, CommOptions
+from vlmdata_pipelines.data import DataOptions, DatasetSource, ListSource, model_fields_for
+from vlmdata_pipelines.model import VLMConfig
+from vlmdata_pipelines.train import TrainConfig, Trainer, init_distributed
 
 __all__ = ["parse_config", "run_sweep"]
 
-log = logging.getLogger("pipelines.hook_sweep")
+log = logging.getLogger("vlmdata_pipelines.hook_sweep")
 
 
 def parse_config(spec: str, base: CommOptions) -> CommOptions:
@@ -112,7 +112,7 @@ def run_sweep(configs: list[str], base: TrainConfig, model_cfg: VLMConfig, data:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pipelines.hook_sweep", description=__doc__,
+    p = argparse.ArgumentParser(prog="vlmdata_pipelines.hook_sweep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True)
     p.add_argument("--configs", default="none,bf16,fp16,powersgd",

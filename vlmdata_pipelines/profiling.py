@@ -1,4 +1,4 @@
-"""Profiling a window of training steps with torch.profiler (`pipelines.train --profile STEPS`).
+"""Profiling a window of training steps with torch.profiler (`vlmdata_pipelines.train --profile STEPS`).
 
 - `phase(name)`: a `record_function` range `vlmdata.<name>` on the training thread. The trainer
   marks data_wait, h2d, lm_forward (the whole model call), backward and optimizer; the decode
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.autograd.profiler import record_function
 
-from pipelines.step_breakdown import (
+from vlmdata_pipelines.step_breakdown import (
     ANNOTATED,
     ANNOTATION_PREFIX,
     STEP_PREFIX,

@@ -1,11 +1,11 @@
 """Distributed training of the tiny VLM on packed batches; run it with torchrun:
 
-    python -m torch.distributed.run --nproc_per_node 2 -m pipelines.train \\
+    python -m torch.distributed.run --nproc_per_node 2 -m vlmdata_pipelines.train \\
         --data /path/to/dataset --steps 40 --out /tmp/run [--fsdp] [--accum 2] \\
         [--ckpt-dir /tmp/ckpt --ckpt-every 10] [--resume] [--metrics-port 9400]
 
 - `--model tiny|small|base`: the built-in TinyVLM; `--model hf:DIR`: a Hugging Face VLM (Qwen2-VL,
-  Qwen2.5-VL, LLaVA) built from a model folder (`pipelines.hf_model`), fed through vlmdata's output
+  Qwen2.5-VL, LLaVA) built from a model folder (`vlmdata_pipelines.hf_model`), fed through vlmdata's output
   adapter, with the images at the model's own image policy.
 - DDP by default (gloo on CPU, NCCL on GPU); `--fsdp` shards with FSDP2 (`fully_shard`).
 - bf16 autocast on GPU; fp32 on CPU.
@@ -25,16 +25,16 @@
   a JSONL file per rank under --out, and Prometheus metrics per rank).
 - Communication (DDP): `--ddp-bucket-mb`, `--ddp-static-graph`, gradient-as-bucket-view (on;
   `--no-ddp-gradient-as-bucket-view`), `--comm-hook none|bf16|fp16|powersgd` with
-  `--powersgd-rank` / `--powersgd-start-iter`; every hook works with `--accum` (pipelines.comm).
+  `--powersgd-rank` / `--powersgd-start-iter`; every hook works with `--accum` (vlmdata_pipelines.comm).
   The bytes the hook all-reduces are counted per step.
 - Profiling: `--profile STEPS` records a window of steps with torch.profiler (`--profile-wait`,
   `--profile-warmup`, `--profile-repeat`), writes the trace under `--out/profile/` and logs where
-  the step time went, phase by phase (pipelines.profiling, pipelines.step_breakdown).
+  the step time went, phase by phase (vlmdata_pipelines.profiling, vlmdata_pipelines.step_breakdown).
 - Telemetry: gradient norm and learning rate per step; on a GPU, NVML utilisation and memory and
-  torch's allocator peak (pipelines.telemetry); all of it in the log, the JSONL and the metrics.
+  torch's allocator peak (vlmdata_pipelines.telemetry); all of it in the log, the JSONL and the metrics.
 - GPU decode: on CUDA with `--decoder dali|auto`, the workers ship encoded
   images and DALI decodes them on the GPU in this process before each step
-  (`pipelines.data.make_batch_source`); that time counts as data wait and is
+  (`vlmdata_pipelines.data.make_batch_source`); that time counts as data wait and is
   also reported as `stage_seconds`. `--decoder pillow` or `--decode-stage off`
   keeps worker decode; `--decode-stage dali-cpu` runs the same stage on DALI's
   CPU backend (to check that path without a GPU).
@@ -56,18 +56,30 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pipelines.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from pipelines.comm import COMM_HOOKS, CommOptions, attach_comm_hook, ddp_kwargs, must_sync_every_micro_batch
-from pipelines.data import BatchSource, DataOptions, batch_to_device, make_batch_source, model_fields_for
-from pipelines.hf_model import HFModelConfig, build_model, hf_data_options, is_hf_model
-from pipelines.model import IGNORE, TinyVLM, VLMConfig, image_grids, param_checksum
-from pipelines.profiling import ProfileOptions, StepProfiler, phase
-from pipelines.step_breakdown import Breakdown, format_breakdown
-from pipelines.telemetry import GpuTelemetry, gradient_norm
 from vlmdata import fsutil
 from vlmdata.metrics import MetricSet, StatsDelta, serve_metrics
+from vlmdata_pipelines.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from vlmdata_pipelines.comm import (
+    COMM_HOOKS,
+    CommOptions,
+    attach_comm_hook,
+    ddp_kwargs,
+    must_sync_every_micro_batch,
+)
+from vlmdata_pipelines.data import (
+    BatchSource,
+    DataOptions,
+    batch_to_device,
+    make_batch_source,
+    model_fields_for,
+)
+from vlmdata_pipelines.hf_model import HFModelConfig, build_model, hf_data_options, is_hf_model
+from vlmdata_pipelines.model import IGNORE, TinyVLM, VLMConfig, image_grids, param_checksum
+from vlmdata_pipelines.profiling import ProfileOptions, StepProfiler, phase
+from vlmdata_pipelines.step_breakdown import Breakdown, format_breakdown
+from vlmdata_pipelines.telemetry import GpuTelemetry, gradient_norm
 
-log = logging.getLogger("pipelines.train")
+log = logging.getLogger("vlmdata_pipelines.train")
 
 
 @dataclass
@@ -481,7 +493,7 @@ def train(cfg: TrainConfig, model_cfg: VLMConfig, make_source: SourceFactory) ->
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pipelines.train", description=__doc__,
+    p = argparse.ArgumentParser(prog="vlmdata_pipelines.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="dataset directory or URL (with manifest.json)")
     p.add_argument("--max-tokens", type=int, default=2048)
@@ -517,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="directory for per-rank step logs and results")
     p.add_argument("--metrics-port", type=int, default=None)
     p.add_argument("--log-every", type=int, default=1)
-    g = p.add_argument_group("DDP communication (pipelines.comm)")
+    g = p.add_argument_group("DDP communication (vlmdata_pipelines.comm)")
     g.add_argument("--comm-hook", default="none", choices=COMM_HOOKS,
                    help="gradient all-reduce: none (fp32), bf16/fp16 (half the bytes), powersgd (low rank)")
     g.add_argument("--powersgd-rank", type=int, default=2, help="PowerSGD matrix approximation rank")
@@ -527,7 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ddp-static-graph", action="store_true", help="tell DDP the graph is the same every step")
     g.add_argument("--ddp-gradient-as-bucket-view", action=argparse.BooleanOptionalAction, default=True,
                    help="gradients are views into DDP's buckets (saves a copy and memory)")
-    g = p.add_argument_group("profiling (pipelines.profiling)")
+    g = p.add_argument_group("profiling (vlmdata_pipelines.profiling)")
     g.add_argument("--profile", type=int, default=0, metavar="STEPS",
                    help="record STEPS steps with torch.profiler; trace and breakdown under --out/profile/")
     g.add_argument("--profile-wait", type=int, default=1, help="steps skipped before the warm-up")

@@ -1,4 +1,4 @@
-"""A Hugging Face VLM in the reference training loop (`pipelines.train --model hf:DIR`).
+"""A Hugging Face VLM in the reference training loop (`vlmdata_pipelines.train --model hf:DIR`).
 
 `HFModelConfig` names a model folder (config.json, preprocessor_config.json,
 weights optional); `HFPackedModel` wraps the model built from it
@@ -29,7 +29,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipelines.data import DataOptions
 from vlmdata.formats import Manifest
 from vlmdata.hf import (
     OPENAI_CLIP_MEAN,
@@ -40,6 +39,7 @@ from vlmdata.hf import (
     take_meta,
     text_attention,
 )
+from vlmdata_pipelines.data import DataOptions
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +195,6 @@ def build_model(model_cfg, device: torch.device) -> nn.Module:
     """The loop's model: TinyVLM for a VLMConfig, HFPackedModel for an HFModelConfig."""
     if isinstance(model_cfg, HFModelConfig):
         return HFPackedModel(model_cfg, device)
-    from pipelines.model import TinyVLM
+    from vlmdata_pipelines.model import TinyVLM
 
     return TinyVLM(model_cfg).to(device)
