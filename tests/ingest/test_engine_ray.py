@@ -19,10 +19,13 @@ def test_ray_engine_matches_local(corrupt_llava_corpus, tmp_path):
         r["images"] = [str(corrupt_llava_corpus / p) for p in r["images"]]
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    local = shard(data, tmp_path / "local", max_samples_per_shard=10)
+    # the rows name their images by absolute path under the corpus: that folder is their image root
+    local = shard(data, tmp_path / "local", max_samples_per_shard=10, image_root=str(corrupt_llava_corpus))
+    assert local.num_samples > 30 and "outside_root" not in local.stats["skipped"]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        m = shard(data, tmp_path / "ray", engine="ray", workers=2, max_samples_per_shard=10)
+        m = shard(data, tmp_path / "ray", engine="ray", workers=2, max_samples_per_shard=10,
+                  image_root=str(corrupt_llava_corpus))
     finally:
         ray.shutdown()
     assert m.stats["engine"] == "ray" and m.stats["jobs"] == 4
