@@ -11,7 +11,7 @@ import pytest
 from vlmdata import ShardConfig, shard_dataset
 from vlmdata.cli import main
 from vlmdata.formats import SampleIndex
-from vlmdata.ingest.lengths import BUDGETS
+from vlmdata.ingest import BUDGETS
 
 TOKENS_PER_IMAGE_336 = (336 // 14) ** 2
 
@@ -65,3 +65,17 @@ def test_the_manifest_and_shard_summary_report_budgets_and_the_longest_samples(d
     out = capsys.readouterr().out
     assert f"lengths: longest sample {int(lengths[order[0]])} tokens ({keys[order[0]]}); longer than 2048: " \
            f"{int((lengths > 2048).sum())} (" in out
+
+
+def test_inspect_predicts_what_an_epoch_of_the_loader_truncates_and_drops(dataset, capsys):
+    from vlmdata import VLMDataset
+    from vlmdata.loading import DatasetOptions
+
+    budget = int(np.percentile(_stored_lengths(dataset), 70))
+    assert main(["inspect", str(dataset), "--max-tokens", str(budget), "--samples", "0"]) == 0
+    said = re.search(r"cuts (\d+) at the text tail and drops (\d+) whose", capsys.readouterr().out)
+    truncated = dropped = 0
+    for b in VLMDataset(str(dataset), max_tokens=budget, max_images=64, options=DatasetOptions(defer_decode=True)):
+        truncated += b["stats"]["truncated"]
+        dropped += b["stats"]["skipped"].get("overlong", 0)
+    assert said and (int(said.group(1)), int(said.group(2))) == (truncated, dropped) and truncated > 0

@@ -10,7 +10,7 @@ import pytest
 from vlmdata import ShardConfig, shard_dataset
 from vlmdata.errors import ConfigError, Skip, TooManySkipsError
 from vlmdata.formats import Manifest
-from vlmdata.ingest.skips import SkipSummary
+from vlmdata.ingest import SkipSummary
 
 
 def _cfg(corpus, out, **kw) -> ShardConfig:

@@ -111,3 +111,19 @@ def test_each_worker_logs_once_per_epoch_and_the_metrics_agree(dataset):
         assert [sum(f[i] for f in lines) for i in (4, 5, 6)] == result["per_epoch"][epoch]
     totals = [sum(e[i] for e in result["per_epoch"]) for i in range(3)]
     assert all(totals) and result["metrics"] == totals
+
+
+def test_tuning_passes_do_not_log(dataset, caplog):
+    """The tuner's LoopedDataset measures passes over copies of the dataset: they are not training epochs."""
+    import itertools
+
+    from vlmdata.tune import LoopedDataset
+
+    ds = VLMDataset(str(dataset), **SETTINGS, options=DatasetOptions(defer_decode=True))
+    n = sum(1 for _ in ds)                 # an epoch of the dataset itself logs its line
+    assert [r for r in caplog.records if r.name == LOGGER]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        got = sum(b["stats"]["truncated"] for b in itertools.islice(LoopedDataset(ds), 2 * n + 1))
+    assert got > 0 and not [r for r in caplog.records if r.name == LOGGER]
+    assert ds.log_lengths

@@ -53,10 +53,10 @@ def run(args: argparse.Namespace) -> int:
 
     def report(manifest, dt: float) -> None:
         st = manifest.stats
-        print_lengths(manifest)
         print(f"indexed {st['shards_found']} shards ({manifest.total_bytes / 1e6:.1f} MB): {st['samples']} "
               f"samples, {st['images']} images in {dt:.1f}s ({manifest.total_bytes / 1e6 / max(dt, 1e-9):.0f} "
               f"MB/s); skipped {skipped_summary(st)}; text from .{manifest.layout['text']}")
+        print_lengths(manifest)
 
     return run_reported(lambda update: index_dataset(cfg, progress=update), report)
 

@@ -110,10 +110,10 @@ def run(args: argparse.Namespace) -> int:
 
     def report(manifest, dt: float) -> None:
         st = manifest.stats
-        print_lengths(manifest)
         print(f"sharded {st['input_rows']} rows -> {st['samples']} samples, {st['images']} images in "
               f"{len(manifest.shards)} shards ({manifest.total_bytes / 1e6:.1f} MB) in {dt:.1f}s "
               f"({st['input_rows'] / max(dt, 1e-9):.0f} rows/s); skipped {skipped_summary(st)}; "
               f"resumed jobs {st['resumed_jobs']}; output {args.output}")
+        print_lengths(manifest)
 
     return run_reported(lambda update: shard_dataset(cfg, progress=update, progress_interval=interval), report)

@@ -41,7 +41,7 @@ from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES
 from vlmdata.ingest.finalize import write_dataset_tables
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, MAX_IMAGES_PER_SAMPLE, check_image
 from vlmdata.ingest.job import merge_skips
-from vlmdata.ingest.lengths import length_report
+from vlmdata.ingest.lengths import LengthCounter, dataset_policy
 from vlmdata.ingest.skips import SkipSummary, check_skip_fraction, check_skips
 from vlmdata.text.tokenizer import encode_conversation, load_tokenizer
 
@@ -348,15 +348,17 @@ def index_dataset(cfg: IndexConfig, progress=None) -> Manifest:
 def _write_manifest(cfg: IndexConfig, results: list[dict], layout: dict, tokenizer: dict, seconds: float) -> Manifest:
     so = cfg.storage_options
     shards = [ShardInfo(**r["shard"]) for r in results if r["shard"]["samples"]]
-    keys = write_dataset_tables(cfg.root, shards, so)
+    manifest = Manifest(kind="webdataset", shards=shards, tokenizer=tokenizer, layout=layout)
+    lengths = LengthCounter(dataset_policy(manifest))
+    keys = write_dataset_tables(cfg.root, shards, so, on_index=lengths.add_index)
     skipped, examples = merge_skips(results)
     stats = {"input_rows": sum(r["rows"] for r in results), "samples": sum(s.samples for s in shards),
              "images": sum(s.images for s in shards), "skipped": dict(sorted(skipped.items())),
              "skipped_total": sum(skipped.values()), "examples": examples, "shards_found": len(results),
              "duplicate_keys_across_shards": keys["duplicates"], "duplicate_key_examples": keys["duplicate_examples"],
              "seconds": round(seconds, 3), "indexed_in_place": True,
-             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    manifest = Manifest(kind="webdataset", shards=shards, tokenizer=tokenizer, layout=layout, stats=stats)
-    manifest.stats["lengths"] = length_report(cfg.root, manifest, so).to_stats()
+             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+             "lengths": lengths.report(cfg.root, manifest, so).to_stats()}
+    manifest.stats = stats
     manifest.save(cfg.root, so)
     return manifest

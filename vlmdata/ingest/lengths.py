@@ -4,7 +4,9 @@ A sample's length is what the loader plans with (`plan.lengths.sample_lengths`):
 plus the image tokens of each image under the image policy `VLMDataset(image_size=None)` uses (the
 model family's, a memmap dataset's stored size, else 336 px fixed). The text tokens are those of
 the dataset's default text view. Columns are read a few thousand shards at a time; no shard is read.
-The keys of the longest samples come from their shards' index files (one per sample named).
+At shard and index time `LengthCounter` takes each shard index as the dataset-wide tables are
+written (`ingest.finalize`), so nothing is read twice. The keys of the longest samples come from
+their shards' index files (one per sample named).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from vlmdata.loading.text_views import choose_policy
 from vlmdata.plan.lengths import sample_lengths
 from vlmdata.text.families.base import FamilySpec
 
-__all__ = ["BUDGETS", "LengthReport", "dataset_policy", "iter_planning", "length_report"]
+__all__ = ["BUDGETS", "LengthCounter", "LengthReport", "dataset_policy", "iter_planning", "length_report"]
 
 BUDGETS = (2048, 4096, 8192, 16384, 32768)   # common max_tokens settings
 LONGEST = 3                                  # longest samples named
@@ -112,28 +114,49 @@ def _keys(root: str, manifest: Manifest, so: dict, rows: list[int]) -> list[tupl
     return out
 
 
+class LengthCounter:
+    """Counts sample lengths against budgets chunk by chunk (planning columns, or one shard index at a time)."""
+
+    def __init__(self, policy: ImagePolicy, budgets=BUDGETS):
+        self.policy = policy
+        self.budgets = sorted({int(b) for b in budgets})
+        self.over = dict.fromkeys(self.budgets, 0)
+        self.fill = dict.fromkeys(self.budgets, 0)
+        self.top: list[tuple[int, int, int]] = []      # (tokens, -row, images): a min-heap of the longest
+        self.samples = 0
+
+    def add(self, cols: dict[str, np.ndarray]) -> None:
+        """The next samples' planning columns (text_tokens, n_images, image_start, width, height)."""
+        n = len(cols["text_tokens"])
+        tokens, image_tokens = sample_lengths(cols, np.arange(n), self.policy)
+        for b in self.budgets:
+            self.over[b] += int((tokens > b).sum())
+            self.fill[b] += int(((tokens > b) & (image_tokens >= b)).sum())
+        for i in np.argsort(-tokens, kind="stable")[:LONGEST].tolist():
+            item = (int(tokens[i]), -(self.samples + i), int(cols["n_images"][i]))
+            (heapq.heappush if len(self.top) < LONGEST else heapq.heappushpop)(self.top, item)
+        self.samples += n
+
+    def add_index(self, index: SampleIndex) -> None:
+        """The next shard's samples, from its index."""
+        self.add(concat_planning_columns([index]))
+
+    def report(self, root: str, manifest: Manifest, so: dict) -> LengthReport:
+        """The counts, with the keys of the longest samples (read from their shards' indices)."""
+        top = sorted(self.top, reverse=True)
+        names = _keys(root, manifest, so, [-r for _, r, _ in top])
+        longest = [{"key": key, "shard": shard, "tokens": t, "images": im}
+                   for (t, _, im), (shard, key) in zip(top, names)]
+        return LengthReport(samples=self.samples, policy=self.policy.to_dict(), over=dict(self.over),
+                            images_fill=dict(self.fill), longest=longest)
+
+
 def length_report(root: str, manifest: Manifest | None = None, storage_options: dict | None = None,
                   budgets=BUDGETS, policy: ImagePolicy | None = None) -> LengthReport:
     """Lengths of every sample of the dataset at `root` against `budgets` (see the module docstring)."""
     so = storage_options or {}
     manifest = manifest or Manifest.load(root, so)
-    policy = policy or dataset_policy(manifest)
-    budgets = sorted({int(b) for b in budgets})
-    over = dict.fromkeys(budgets, 0)
-    fill = dict.fromkeys(budgets, 0)
-    top: list[tuple[int, int, int]] = []          # (tokens, -row, images): a min-heap of the longest
-    base = 0
+    counter = LengthCounter(policy or dataset_policy(manifest), budgets)
     for cols in iter_planning(root, manifest, so):
-        n = len(cols["text_tokens"])
-        tokens, image_tokens = sample_lengths(cols, np.arange(n), policy)
-        for b in budgets:
-            over[b] += int((tokens > b).sum())
-            fill[b] += int(((tokens > b) & (image_tokens >= b)).sum())
-        for i in np.argsort(-tokens, kind="stable")[:LONGEST].tolist():
-            item = (int(tokens[i]), -(base + i), int(cols["n_images"][i]))
-            (heapq.heappush if len(top) < LONGEST else heapq.heappushpop)(top, item)
-        base += n
-    top.sort(reverse=True)
-    names = _keys(root, manifest, so, [-r for _, r, _ in top])
-    longest = [{"key": key, "shard": shard, "tokens": t, "images": im} for (t, _, im), (shard, key) in zip(top, names)]
-    return LengthReport(samples=base, policy=policy.to_dict(), over=over, images_fill=fill, longest=longest)
+        counter.add(cols)
+    return counter.report(root, manifest, so)

@@ -43,7 +43,7 @@ from vlmdata.ingest.job import (
     job_stats_name,
     merge_skips,
 )
-from vlmdata.ingest.lengths import length_report
+from vlmdata.ingest.lengths import LengthCounter, dataset_policy
 from vlmdata.ingest.readers import InputSource, Row, describe_input, format_names, iter_rows, open_inputs
 from vlmdata.ingest.records import ColumnSpec, row_id
 from vlmdata.ingest.skips import SkipSummary, check_skip_fraction, check_skips
@@ -329,7 +329,6 @@ def _merge(cfg: ShardConfig, results: list[dict], tokenizer: dict, extra_stats: 
         manifest.default_view = name
     # how the rows were read: retokenize reads each sample's stored row (.json member) the same way
     manifest.stats["columns"] = {"image": cfg.columns.image, "text": cfg.columns.text, "id": cfg.columns.id}
-    manifest.stats["lengths"] = length_report(cfg.output, manifest, cfg.storage_options).to_stats()
     manifest.save(cfg.output, cfg.storage_options)
     return manifest
 
@@ -338,7 +337,6 @@ def _build_manifest(cfg: ShardConfig, results: list[dict], tokenizer: dict, extr
     so = cfg.storage_options
     results.sort(key=lambda r: r["job"])
     shards = [s for r in results for s in JobStats(**r).shard_infos()]
-    write_dataset_tables(cfg.output, shards, so, cfg.fsync)
     skipped, examples = merge_skips(results, tag="job")
     stats = {"input_rows": sum(r["rows"] for r in results), "samples": sum(r["written"] for r in results),
              "images": sum(r["images"] for r in results), "skipped": dict(sorted(skipped.items())),
@@ -351,6 +349,9 @@ def _build_manifest(cfg: ShardConfig, results: list[dict], tokenizer: dict, extr
                             layout={"text": "tok.npy", "data": "mm"}, stats=stats)
     else:
         manifest = Manifest(kind="webdataset", shards=shards, tokenizer=tokenizer, stats=stats)
+    lengths = LengthCounter(dataset_policy(manifest))
+    write_dataset_tables(cfg.output, shards, so, cfg.fsync, on_index=lengths.add_index)
+    manifest.stats["lengths"] = lengths.report(cfg.output, manifest, so).to_stats()
     return manifest
 
 

@@ -143,7 +143,11 @@ class VLMDataset(IterableDataset):
         sharded with `--tokenizer MODEL_DIR`), else 336 px fixed.
     `text_view`: the text view to read (`vlmdata retokenize` adds views); None: each dataset's default.
         Mixed datasets must share the view's tokenizer identity.
+    `log_lengths`: log, once per epoch and worker, the samples truncated or dropped for their length
+        (`loading.overlong`); the tuner turns it off for its measurement passes.
     """
+
+    log_lengths = True
 
     def __init__(self, source, seed: int = 0, max_tokens: int = 8192, max_images: int = 16,
                  image_size: int | ImagePolicy | None = None, rank: int | None = None, world_size: int | None = None,
@@ -416,8 +420,9 @@ class VLMDataset(IterableDataset):
                 yield batch
             finished = True
         finally:   # once per epoch and worker (also when the consumer stops early)
-            tally.log(f"epoch {planner.epoch}{'' if finished else ' (stopped early)'}, rank {self.rank} of "
-                      f"{self.world_size}, worker {wid} of {nw}")
+            if self.log_lengths:
+                tally.log(f"epoch {planner.epoch}{'' if finished else ' (stopped early)'}, rank {self.rank} of "
+                          f"{self.world_size}, worker {wid} of {nw}")
 
     def _announce(self, planner: EpochPlanner, k: int, base: int, step: int, nw: int) -> None:
         """Tell the fetcher this worker's shard reads from window k on, in order: exact for
