@@ -114,6 +114,16 @@ def _keys(root: str, manifest: Manifest, so: dict, rows: list[int]) -> list[tupl
     return out
 
 
+def _longest(tokens: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k largest values, largest first, earlier first among equals (no full sort)."""
+    k = min(k, len(tokens))
+    if k == 0:
+        return np.zeros(0, np.int64)
+    kth = np.partition(tokens, len(tokens) - k)[len(tokens) - k]
+    candidates = np.flatnonzero(tokens >= kth)
+    return candidates[np.argsort(-tokens[candidates], kind="stable")][:k]
+
+
 class LengthCounter:
     """Counts sample lengths against budgets chunk by chunk (planning columns, or one shard index at a time)."""
 
@@ -132,7 +142,7 @@ class LengthCounter:
         for b in self.budgets:
             self.over[b] += int((tokens > b).sum())
             self.fill[b] += int(((tokens > b) & (image_tokens >= b)).sum())
-        for i in np.argsort(-tokens, kind="stable")[:LONGEST].tolist():
+        for i in _longest(tokens, LONGEST).tolist():
             item = (int(tokens[i]), -(self.samples + i), int(cols["n_images"][i]))
             (heapq.heappush if len(self.top) < LONGEST else heapq.heappushpop)(self.top, item)
         self.samples += n
