@@ -23,6 +23,7 @@ caught and `except VlmdataError` catches everything of ours:
     ├── NoRoomError (RuntimeError)        the SSD tier cannot take an entry now (pinned entries fill it)
     ├── AdapterError (ValueError)         a pack that does not fit a model family's forward inputs
     ├── CacheDirBusy (RuntimeError)       another process owns the cache directory
+    ├── TooManySkipsError (RuntimeError)  a run that wrote its output but skipped more than it may
     └── OutOfTime (RuntimeError)          the tuner's time budget ran out (handled inside the tuner)
 
 `Skip` names the reasons under which skipped rows, images and samples are counted
@@ -36,7 +37,7 @@ __all__ = [
     "AdapterError", "BadIndexError", "BadKeyError", "CacheDirBusy", "ConfigError", "CorruptShardError",
     "DecodeError", "EmptyDatasetError", "FetchError", "ImageProblem", "IndexMismatchError", "NoRoomError",
     "NotServedError", "OutOfTime", "ProtocolError", "RowProblem", "ShardReadError", "Skip", "SkipError",
-    "TarFormatError", "VlmdataError",
+    "TarFormatError", "TooManySkipsError", "VlmdataError",
 ]
 
 
@@ -116,6 +117,19 @@ class AdapterError(VlmdataError, ValueError):
 
 class CacheDirBusy(VlmdataError, RuntimeError):
     """Another process owns this cache directory."""
+
+
+class TooManySkipsError(VlmdataError, RuntimeError):
+    """A run finished and wrote everything it could, but skipped more than `max_skip_fraction` of its input.
+
+    `summary` says what was skipped (an `ingest.skips.SkipSummary`), `result` is what the run returned
+    otherwise (the written Manifest, or a RetokenizeResult): the output is complete and usable.
+    """
+
+    def __init__(self, message: str, summary, result):
+        super().__init__(message)
+        self.summary = summary
+        self.result = result
 
 
 class OutOfTime(VlmdataError, RuntimeError):

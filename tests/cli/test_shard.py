@@ -14,8 +14,9 @@ def test_cli_shard_and_inspect(corrupt_llava_corpus, tmp_path):
                         "-o", str(out), "--workers", "1", "--max-samples-per-shard", "100"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    line = r.stdout.strip().splitlines()[-1]
+    line, lengths = r.stdout.strip().splitlines()[-2:]     # the summary, then the sample lengths
     m = Manifest.load(str(out))
+    assert lengths.startswith("lengths: longest sample ")
     assert line.startswith(f"sharded 150 rows -> {m.num_samples} samples") and "2 shards" in line
     r = subprocess.run([sys.executable, "-m", "vlmdata", "inspect", str(out)], capture_output=True, text=True)
     assert r.returncode == 0 and "skipped samples by reason" in r.stdout

@@ -175,7 +175,8 @@ def test_cli_options_and_inspect_show_the_new_reasons(root):
     (root / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "{broken\n")
     out = root / "out"
     r = subprocess.run([sys.executable, "-m", "vlmdata", "shard", str(root / "d.jsonl"), "-o", str(out),
-                        "--workers", "0", "--verify", "decode", "--max-image-bytes", "2K"],
+                        "--workers", "0", "--verify", "decode", "--max-image-bytes", "2K",
+                        "--max-skip-fraction", "1"],   # all but one row are hostile on purpose
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     report = inspect_dataset(str(out), samples=0)

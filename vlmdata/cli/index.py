@@ -4,7 +4,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vlmdata.cli.options import parse_storage_options, run_with_progress, skipped_summary
+from vlmdata.cli.options import (
+    add_max_skip_fraction,
+    parse_storage_options,
+    print_lengths,
+    run_reported,
+    run_with_progress,
+    skipped_summary,
+)
 from vlmdata.cli.tune import parse_size
 from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS
@@ -28,6 +35,7 @@ def register(subparsers) -> None:
     p.add_argument("--rebuild-keys", action="store_true",
                    help="only (re)build the dataset's key index keys.lmdb from its shard indices (any vlmdata "
                         "dataset; the shards are not read)")
+    add_max_skip_fraction(p, "samples")
     p.set_defaults(func=run)
 
 
@@ -41,15 +49,16 @@ def run(args: argparse.Namespace) -> int:
         return _rebuild_keys(args.root, so)
     cfg = IndexConfig(root=args.root, text=args.text, json_field=args.json_field, tokenizer=args.tokenizer,
                       workers=args.workers, max_image_pixels=args.max_image_pixels, storage_options=so,
-                      max_member_bytes=args.max_member_bytes)
-    manifest, dt = run_with_progress(lambda update: index_dataset(cfg, progress=update))
-    if manifest is None:
-        return 2
-    st = manifest.stats
-    print(f"indexed {st['shards_found']} shards ({manifest.total_bytes / 1e6:.1f} MB): {st['samples']} samples, "
-          f"{st['images']} images in {dt:.1f}s ({manifest.total_bytes / 1e6 / max(dt, 1e-9):.0f} MB/s); "
-          f"skipped {skipped_summary(st)}; text from .{manifest.layout['text']}")
-    return 0
+                      max_member_bytes=args.max_member_bytes, max_skip_fraction=args.max_skip_fraction)
+
+    def report(manifest, dt: float) -> None:
+        st = manifest.stats
+        print(f"indexed {st['shards_found']} shards ({manifest.total_bytes / 1e6:.1f} MB): {st['samples']} "
+              f"samples, {st['images']} images in {dt:.1f}s ({manifest.total_bytes / 1e6 / max(dt, 1e-9):.0f} "
+              f"MB/s); skipped {skipped_summary(st)}; text from .{manifest.layout['text']}")
+        print_lengths(manifest)
+
+    return run_reported(lambda update: index_dataset(cfg, progress=update), report)
 
 
 def _rebuild_keys(root: str, so: dict) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vlmdata.cli.options import parse_storage_options, run_with_progress
+from vlmdata.cli.options import add_max_skip_fraction, parse_storage_options, run_reported
 from vlmdata.ingest.retokenize import RetokenizeConfig, retokenize_dataset
 
 
@@ -26,6 +26,7 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count; 0 = inline)")
     p.add_argument("--storage-options", default=None, help="fsspec storage options as JSON, or @file.json")
     p.add_argument("--no-fsync", action="store_true", help="do not fsync local files before renaming them")
+    add_max_skip_fraction(p, "samples")
     p.set_defaults(func=run)
 
 
@@ -37,12 +38,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     cfg = RetokenizeConfig(dataset=args.dataset, tokenizer=args.tokenizer, view=args.view, train_on=args.train_on,
                            family=args.family, workers=args.workers, make_default=args.default,
-                           overwrite=args.overwrite, storage_options=so, fsync=not args.no_fsync)
-    result, dt = run_with_progress(lambda update: retokenize_dataset(cfg, (lambda n: update(n, n)) if update else None))
-    if result is None:
-        return 2
-    skipped = ", ".join(f"{k}={v}" for k, v in result.skipped.items()) or "none"
-    print(f"view {result.view}: {result.encoded} of {result.samples} samples encoded in {dt:.1f}s "
-          f"({result.samples / max(dt, 1e-9):.0f} samples/s), read {result.bytes_read / 1e6:.2f} MB (no image bytes); "
-          f"skipped {sum(result.skipped.values())} ({skipped}); load it with text_view={result.view!r}")
-    return 0
+                           overwrite=args.overwrite, storage_options=so, fsync=not args.no_fsync,
+                           max_skip_fraction=args.max_skip_fraction)
+
+    def report(result, dt: float) -> None:
+        skipped = ", ".join(f"{k}={v}" for k, v in result.skipped.items()) or "none"
+        print(f"view {result.view}: {result.encoded} of {result.samples} samples encoded in {dt:.1f}s "
+              f"({result.samples / max(dt, 1e-9):.0f} samples/s), read {result.bytes_read / 1e6:.2f} MB (no image "
+              f"bytes); skipped {sum(result.skipped.values())} ({skipped}); load it with text_view={result.view!r}")
+
+    return run_reported(lambda update: retokenize_dataset(cfg, (lambda n: update(n, n)) if update else None), report)

@@ -4,7 +4,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vlmdata.cli.options import parse_storage_options, run_with_progress, skipped_summary
+from vlmdata.cli.options import (
+    add_max_skip_fraction,
+    parse_storage_options,
+    print_lengths,
+    run_reported,
+    skipped_summary,
+)
 from vlmdata.cli.tune import parse_size
 from vlmdata.errors import ConfigError
 from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_REMOTE_TIMEOUT
@@ -77,9 +83,8 @@ def register(subparsers) -> None:
                         "duplicate_in_dataset")
     p.add_argument("--progress-interval", type=float, default=0.2,
                    help="seconds between a running job's progress reports to the bar (terminal only)")
+    add_max_skip_fraction(p, "input rows")
     p.set_defaults(func=run)
-
-
 
 def run(args: argparse.Namespace) -> int:
     try:
@@ -100,14 +105,15 @@ def run(args: argparse.Namespace) -> int:
                       allow_remote=args.allow_remote,
                       allow_hosts=tuple(h.strip() for arg in args.allow_host for h in arg.split(",") if h.strip()),
                       max_image_bytes=args.max_image_bytes, remote_timeout=args.remote_timeout, verify=args.verify,
-                      dedup_against=args.dedup_against)
+                      dedup_against=args.dedup_against, max_skip_fraction=args.max_skip_fraction)
     interval = max(0.0, args.progress_interval)
-    manifest, dt = run_with_progress(lambda update: shard_dataset(cfg, progress=update, progress_interval=interval))
-    if manifest is None:
-        return 2
-    st = manifest.stats
-    print(f"sharded {st['input_rows']} rows -> {st['samples']} samples, {st['images']} images in "
-          f"{len(manifest.shards)} shards ({manifest.total_bytes / 1e6:.1f} MB) in {dt:.1f}s "
-          f"({st['input_rows'] / max(dt, 1e-9):.0f} rows/s); skipped {skipped_summary(st)}; "
-          f"resumed jobs {st['resumed_jobs']}; output {args.output}")
-    return 0
+
+    def report(manifest, dt: float) -> None:
+        st = manifest.stats
+        print(f"sharded {st['input_rows']} rows -> {st['samples']} samples, {st['images']} images in "
+              f"{len(manifest.shards)} shards ({manifest.total_bytes / 1e6:.1f} MB) in {dt:.1f}s "
+              f"({st['input_rows'] / max(dt, 1e-9):.0f} rows/s); skipped {skipped_summary(st)}; "
+              f"resumed jobs {st['resumed_jobs']}; output {args.output}")
+        print_lengths(manifest)
+
+    return run_reported(lambda update: shard_dataset(cfg, progress=update, progress_interval=interval), report)

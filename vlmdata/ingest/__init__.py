@@ -1,5 +1,5 @@
 """Raw inputs to shards: readers, validation, tokenization, the sharding engines (local processes; Ray), indexing foreign tars, text views
-(`retokenize`), `inspect`."""
+(`retokenize`), `inspect`, sample lengths against budgets (`lengths`), what a run skipped (`skips`)."""
 from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
@@ -9,6 +9,8 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "prepare_image": "images", "sniff": "images", "verify_decodes": "images",
     "IndexConfig": "index_foreign", "index_dataset": "index_foreign",
     "inspect_dataset": "inspection",
+    "BUDGETS": "lengths", "LengthReport": "lengths", "dataset_policy": "lengths", "length_report": "lengths",
+    "DEFAULT_MAX_SKIP_FRACTION": "skips", "SkipSummary": "skips", "check_skips": "skips",
     "write_dataset_tables": "finalize",
     "RenderedText": "show", "render_text": "show", "sample_report": "show", "show_samples": "show",
     "INPUT_FORMATS": "readers", "INPUT_FORMAT_ALIASES": "readers", "detect_format": "readers",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from vlmdata import fsutil
 from vlmdata.formats.manifest import PLANNING_NAME, ShardInfo
 from vlmdata.formats.planning import PlanningWriter
+from vlmdata.formats.sample_index import SampleIndex
 from vlmdata.keyindex.build import KeyIndexBuilder, iter_indices
 from vlmdata.keyindex.store import KeyIndexStats
 
@@ -21,9 +22,11 @@ __all__ = ["write_dataset_tables"]
 
 
 def write_dataset_tables(root: str, shards: list[ShardInfo], storage_options: dict | None = None,
-                         fsync: bool = True, progress: Callable[[int], None] | None = None) -> KeyIndexStats:
+                         fsync: bool = True, progress: Callable[[int], None] | None = None,
+                         on_index: Callable[[SampleIndex], None] | None = None) -> KeyIndexStats:
     """Write planning.npz and keys.lmdb for these shards (manifest order); returns the key index's stats.
-    `progress(samples)` is called after each shard."""
+    `progress(samples)` is called after each shard, `on_index(index)` with each shard's index in order
+    (e.g. `ingest.lengths.LengthCounter.add_index`)."""
     so = storage_options or {}
     planning = PlanningWriter(fsutil.join(root, PLANNING_NAME), so, fsync)
     keys = KeyIndexBuilder(root, so)
@@ -31,6 +34,8 @@ def write_dataset_tables(root: str, shards: list[ShardInfo], storage_options: di
         for i, ix in iter_indices(root, shards, so):
             planning.add_index(ix)
             keys.add_index(i, ix)
+            if on_index is not None:
+                on_index(ix)
             if progress is not None:
                 progress(len(ix))
         planning.commit()

@@ -41,6 +41,8 @@ from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES
 from vlmdata.ingest.finalize import write_dataset_tables
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, MAX_IMAGES_PER_SAMPLE, check_image
 from vlmdata.ingest.job import merge_skips
+from vlmdata.ingest.lengths import LengthCounter, dataset_policy
+from vlmdata.ingest.skips import SkipSummary, check_skip_fraction, check_skips
 from vlmdata.text.tokenizer import encode_conversation, load_tokenizer
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
@@ -60,6 +62,7 @@ class IndexConfig:
     max_image_pixels: int = DEFAULT_MAX_PIXELS
     storage_options: dict = field(default_factory=dict)
     max_member_bytes: int = DEFAULT_MAX_IMAGE_BYTES   # larger image/text members are skipped unread
+    max_skip_fraction: float = 1.0     # TooManySkipsError above it, after writing (1: never)
 
 
 @dataclass(frozen=True)
@@ -299,8 +302,10 @@ def index_shard(task: _ShardTask) -> dict:
 
 
 def index_dataset(cfg: IndexConfig, progress=None) -> Manifest:
-    """Index every shard under `cfg.root` and write the manifest; returns it."""
+    """Index every shard under `cfg.root` and write the manifest; returns it. More than
+    `cfg.max_skip_fraction` of the samples skipped raises TooManySkipsError once the manifest is written."""
     t0 = time.perf_counter()
+    check_skip_fraction(cfg.max_skip_fraction)
     if cfg.tokenizer and os.path.isdir(cfg.tokenizer):
         raise ConfigError(f"{cfg.tokenizer} is a model folder: index the shards without --tokenizer, then add the "
                           f"model's text view with `vlmdata retokenize {cfg.root} --tokenizer {cfg.tokenizer}`")
@@ -335,20 +340,25 @@ def index_dataset(cfg: IndexConfig, progress=None) -> Manifest:
                 results.append(r)
                 if progress is not None:
                     progress(r["rows"], r["written"])
-    return _write_manifest(cfg, results, layout, tokenizer.identity(), time.perf_counter() - t0)
+    manifest = _write_manifest(cfg, results, layout, tokenizer.identity(), time.perf_counter() - t0)
+    check_skips(SkipSummary.from_stats(manifest.stats, "samples"), cfg.max_skip_fraction, manifest)
+    return manifest
 
 
 def _write_manifest(cfg: IndexConfig, results: list[dict], layout: dict, tokenizer: dict, seconds: float) -> Manifest:
     so = cfg.storage_options
     shards = [ShardInfo(**r["shard"]) for r in results if r["shard"]["samples"]]
-    keys = write_dataset_tables(cfg.root, shards, so)
+    manifest = Manifest(kind="webdataset", shards=shards, tokenizer=tokenizer, layout=layout)
+    lengths = LengthCounter(dataset_policy(manifest))
+    keys = write_dataset_tables(cfg.root, shards, so, on_index=lengths.add_index)
     skipped, examples = merge_skips(results)
     stats = {"input_rows": sum(r["rows"] for r in results), "samples": sum(s.samples for s in shards),
              "images": sum(s.images for s in shards), "skipped": dict(sorted(skipped.items())),
              "skipped_total": sum(skipped.values()), "examples": examples, "shards_found": len(results),
              "duplicate_keys_across_shards": keys["duplicates"], "duplicate_key_examples": keys["duplicate_examples"],
              "seconds": round(seconds, 3), "indexed_in_place": True,
-             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    manifest = Manifest(kind="webdataset", shards=shards, tokenizer=tokenizer, layout=layout, stats=stats)
+             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+             "lengths": lengths.report(cfg.root, manifest, so).to_stats()}
+    manifest.stats = stats
     manifest.save(cfg.root, so)
     return manifest

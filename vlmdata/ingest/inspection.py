@@ -2,24 +2,23 @@
 
 Counts, histograms of tokens per sample, images per sample and image sizes
 (from the planning columns, read a few thousand shards at a time, so a
-dataset of any size fits in memory; no shard is decoded), skipped samples
-by reason with an example each, and a few samples rendered as text.
+dataset of any size fits in memory; no shard is decoded), how many samples
+are longer than common `max_tokens` budgets (text + image tokens, as the
+loader plans them: `ingest.lengths`), skipped samples by reason with an
+example each, and a few samples rendered as text.
 """
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import numpy as np
 
 from vlmdata import fsutil
-from vlmdata.formats.manifest import PLANNING_NAME, Manifest
-from vlmdata.formats.planning import PlanningColumns
+from vlmdata.formats.manifest import Manifest
 from vlmdata.formats.sample import read_sample, text_decoder_for
-from vlmdata.formats.sample_index import SampleIndex, concat_planning_columns
+from vlmdata.formats.sample_index import SampleIndex
+from vlmdata.ingest.lengths import BUDGETS, dataset_policy, iter_planning, length_report
 from vlmdata.text.tokenizer import load_tokenizer
 
 BAR = 40
-SHARDS_AT_ONCE = 2000
 TOKEN_EDGES = [0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 IMAGE_EDGES = [0, 1, 2, 3, 5, 9]
 SIZE_EDGES = [0, 128, 256, 512, 768, 1024, 1536, 2048, 4096]
@@ -48,27 +47,12 @@ def histogram_lines(counts: np.ndarray | None, edges: list[int], unit: str) -> l
     return lines
 
 
-def _planning(root: str, manifest: Manifest, so: dict) -> Iterator[dict]:
-    """The planning columns of a few thousand shards at a time (from the shard indices if planning.npz is
-    missing)."""
-    url = fsutil.join(root, PLANNING_NAME)
-    shards = manifest.shards
-    if fsutil.exists(url, so):
-        pc = PlanningColumns(url, [s.samples for s in shards], [s.images for s in shards], so)
-        for a in range(0, len(shards), SHARDS_AT_ONCE):
-            yield pc.read_shards(np.arange(a, min(a + SHARDS_AT_ONCE, len(shards))))
-        return
-    for a in range(0, len(shards), SHARDS_AT_ONCE):
-        part = shards[a:a + SHARDS_AT_ONCE]
-        yield concat_planning_columns([SampleIndex.load(fsutil.join(root, s.index), so) for s in part])
-
-
 def _column_histograms(root: str, manifest: Manifest, so: dict) -> tuple[int, dict[str, np.ndarray]]:
     """(text tokens in all, counts per bin of text tokens, images and longest image side per sample/image)."""
     counts = {"tokens": np.zeros(len(TOKEN_EDGES), np.int64), "images": np.zeros(len(IMAGE_EDGES), np.int64),
               "sizes": np.zeros(len(SIZE_EDGES), np.int64)}
     total = 0
-    for cols in _planning(root, manifest, so):
+    for cols in iter_planning(root, manifest, so):
         total += int(cols["text_tokens"].sum(dtype=np.int64))
         counts["tokens"] += np.histogram(cols["text_tokens"], bins=_bins(TOKEN_EDGES))[0]
         counts["images"] += np.histogram(cols["n_images"], bins=_bins(IMAGE_EDGES))[0]
@@ -162,8 +146,23 @@ def _samples(root: str, manifest: Manifest, so: dict, n: int) -> list[str]:
     return out
 
 
-def inspect_dataset(root: str, storage_options: dict | None = None, samples: int = 3) -> str:
-    """The report as text."""
+def _length_lines(root: str, m: Manifest, so: dict, max_tokens: int | None, image_size) -> list[str]:
+    policy = dataset_policy(m, image_size)
+    budgets = sorted(set(BUDGETS) | ({int(max_tokens)} if max_tokens else set()))
+    report = length_report(root, m, so, budgets, policy)
+    lines = [f"\nsample lengths (text + image tokens, image policy {report.policy})"]
+    if max_tokens:
+        lines.append(f"  {report.budget_line(int(max_tokens))}")
+    lines += [f"  longer than {b:>6} tok {report.over[b]:>9}  ({100 * report.share(b):.1f} %)" for b in budgets]
+    lines += [f"  longest: {x['key']} ({x['shard']}): {x['tokens']} tokens, {x['images']} images"
+              for x in report.longest]
+    return lines
+
+
+def inspect_dataset(root: str, storage_options: dict | None = None, samples: int = 3, max_tokens: int | None = None,
+                    image_size=None) -> str:
+    """The report as text; `max_tokens` adds what that budget cuts, with the image policy that
+    `VLMDataset(image_size=image_size)` would use (None: the dataset's own)."""
     so = storage_options or {}
     m = Manifest.load(root, so)
     text_tokens, counts = _column_histograms(root, m, so)
@@ -182,6 +181,7 @@ def inspect_dataset(root: str, storage_options: dict | None = None, samples: int
     lines += histogram_lines(counts["images"], IMAGE_EDGES, "img")
     lines.append("\nimage size (longest side, original pixels)")
     lines += histogram_lines(counts["sizes"], SIZE_EDGES, "px")
+    lines += _length_lines(root, m, so, max_tokens, image_size)
     lines.append("\nskipped samples by reason")
     skipped = st.get("skipped", {})
     if not skipped:

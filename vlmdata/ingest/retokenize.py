@@ -36,6 +36,7 @@ from vlmdata.formats.text_view import ViewTokens, check_view_name, view_planning
 from vlmdata.ingest.job import merge_skips
 from vlmdata.ingest.records import ColumnSpec, normalize
 from vlmdata.ingest.shard import view_name
+from vlmdata.ingest.skips import SkipSummary, check_skip_fraction, check_skips
 from vlmdata.text.chat_template import TemplateError
 from vlmdata.text.conversation import Conversation, messages_from_turns
 from vlmdata.text.encoder import load_text_encoder
@@ -60,6 +61,7 @@ class RetokenizeConfig:
     overwrite: bool = False          # replace an existing view of the same name
     storage_options: dict = field(default_factory=dict)
     fsync: bool = True
+    max_skip_fraction: float = 1.0   # TooManySkipsError above it, after the view is added (1: never)
 
 
 @dataclass
@@ -72,6 +74,7 @@ class RetokenizeResult:
     bytes_read: int
     seconds: float
     ranges: dict[str, list[tuple[int, int]]] = field(default_factory=dict)   # shard -> byte ranges read from it
+    examples: dict[str, dict] = field(default_factory=dict)   # reason -> its first skipped sample
 
 
 class RangeReader:
@@ -201,8 +204,10 @@ def _run_shard(task: _Task) -> dict:
 
 
 def retokenize_dataset(cfg: RetokenizeConfig, progress: Callable[[int], None] | None = None) -> RetokenizeResult:
-    """Add the text view of `cfg.tokenizer` to `cfg.dataset` (see the module docstring)."""
+    """Add the text view of `cfg.tokenizer` to `cfg.dataset` (see the module docstring). More than
+    `cfg.max_skip_fraction` of the samples skipped raises TooManySkipsError once the view is added."""
     t0 = time.perf_counter()
+    check_skip_fraction(cfg.max_skip_fraction)
     so = cfg.storage_options
     manifest = Manifest.load(cfg.dataset, so)
     encoder = load_text_encoder(cfg.tokenizer, cfg.train_on, cfg.family)   # config errors before any work
@@ -256,6 +261,9 @@ def retokenize_dataset(cfg: RetokenizeConfig, progress: Callable[[int], None] | 
         manifest.default_view = name
         manifest.tokenizer = identity
     manifest.save(cfg.dataset, so)
-    return RetokenizeResult(manifest=manifest, view=name, samples=samples, encoded=encoded, skipped=skipped,
-                            bytes_read=sum(r["bytes_read"] for r in results), seconds=seconds,
-                            ranges={r["shard"]: r["ranges"] for r in results})
+    result = RetokenizeResult(manifest=manifest, view=name, samples=samples, encoded=encoded, skipped=skipped,
+                              bytes_read=sum(r["bytes_read"] for r in results), seconds=seconds,
+                              ranges={r["shard"]: r["ranges"] for r in results}, examples=examples)
+    summary = SkipSummary(samples, skipped, examples, "samples")
+    check_skips(summary, cfg.max_skip_fraction, result)
+    return result

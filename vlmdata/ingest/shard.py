@@ -43,8 +43,10 @@ from vlmdata.ingest.job import (
     job_stats_name,
     merge_skips,
 )
+from vlmdata.ingest.lengths import LengthCounter, dataset_policy
 from vlmdata.ingest.readers import InputSource, Row, describe_input, format_names, iter_rows, open_inputs
 from vlmdata.ingest.records import ColumnSpec, row_id
+from vlmdata.ingest.skips import SkipSummary, check_skip_fraction, check_skips
 from vlmdata.keyindex.build import open_dataset_keys
 from vlmdata.keyindex.dedup import IN_RUN, RunDedup
 from vlmdata.text.encoder import load_text_encoder
@@ -85,6 +87,7 @@ class ShardConfig:
     remote_timeout: float = DEFAULT_REMOTE_TIMEOUT
     verify: str = "header"                       # "decode": fully decode every image (--verify decode)
     dedup_against: list[str] = field(default_factory=list)   # datasets whose keys are skipped as duplicates
+    max_skip_fraction: float = 1.0               # TooManySkipsError above it, after writing (1: never)
 
     def access(self) -> AccessPolicy:
         """The data-access policy of this run (see ingest.access)."""
@@ -127,6 +130,7 @@ def _check_config(cfg: ShardConfig) -> None:
         raise ConfigError("--workers must be >= 0")
     if cfg.verify not in VERIFY_MODES:
         raise ConfigError(f"unknown --verify {cfg.verify!r}; use one of {', '.join(VERIFY_MODES)}")
+    check_skip_fraction(cfg.max_skip_fraction)
     cfg.access().check()
 
 
@@ -333,7 +337,6 @@ def _build_manifest(cfg: ShardConfig, results: list[dict], tokenizer: dict, extr
     so = cfg.storage_options
     results.sort(key=lambda r: r["job"])
     shards = [s for r in results for s in JobStats(**r).shard_infos()]
-    write_dataset_tables(cfg.output, shards, so, cfg.fsync)
     skipped, examples = merge_skips(results, tag="job")
     stats = {"input_rows": sum(r["rows"] for r in results), "samples": sum(r["written"] for r in results),
              "images": sum(r["images"] for r in results), "skipped": dict(sorted(skipped.items())),
@@ -346,6 +349,9 @@ def _build_manifest(cfg: ShardConfig, results: list[dict], tokenizer: dict, extr
                             layout={"text": "tok.npy", "data": "mm"}, stats=stats)
     else:
         manifest = Manifest(kind="webdataset", shards=shards, tokenizer=tokenizer, stats=stats)
+    lengths = LengthCounter(dataset_policy(manifest))
+    write_dataset_tables(cfg.output, shards, so, cfg.fsync, on_index=lengths.add_index)
+    manifest.stats["lengths"] = lengths.report(cfg.output, manifest, so).to_stats()
     return manifest
 
 
@@ -384,7 +390,9 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
     runs the jobs in a pool the caller owns instead of a new one. Raises ConfigError (before any work) for bad options, missing inputs
     or an unwritable output, and EmptyDatasetError (a ConfigError; after the
     run, leaving no dataset and no resume state) when no row was found or
-    every row was skipped.
+    every row was skipped. More than `cfg.max_skip_fraction` of the rows
+    skipped raises TooManySkipsError after the dataset is written (its
+    `result` is the manifest); from 1 % a warning is logged.
     """
     t0 = time.perf_counter()
     _check_config(cfg)
@@ -435,4 +443,5 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
              "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     manifest = _merge(cfg, results, tokenizer, extra)
     log.debug("sharded %d rows in %.1fs", manifest.stats["input_rows"], seconds)
+    check_skips(SkipSummary.from_stats(manifest.stats), cfg.max_skip_fraction, manifest)
     return manifest

@@ -41,6 +41,7 @@ from vlmdata.errors import (
 )
 from vlmdata.keyindex.lookup import FoundSample, find_samples
 from vlmdata.loading.collate import CollateConfig
+from vlmdata.loading.overlong import LengthTally
 from vlmdata.loading.pack_build import build_pack
 from vlmdata.loading.shard_source import Source, open_source
 from vlmdata.loading.shared_position import SharedPosition
@@ -142,7 +143,11 @@ class VLMDataset(IterableDataset):
         sharded with `--tokenizer MODEL_DIR`), else 336 px fixed.
     `text_view`: the text view to read (`vlmdata retokenize` adds views); None: each dataset's default.
         Mixed datasets must share the view's tokenizer identity.
+    `log_lengths`: log, once per epoch and worker, the samples truncated or dropped for their length
+        (`loading.overlong`); the tuner turns it off for its measurement passes.
     """
+
+    log_lengths = True
 
     def __init__(self, source, seed: int = 0, max_tokens: int = 8192, max_images: int = 16,
                  image_size: int | ImagePolicy | None = None, rank: int | None = None, world_size: int | None = None,
@@ -395,20 +400,29 @@ class VLMDataset(IterableDataset):
         if self._worker_resume is not None:
             base, step = self._worker_resume["base"], self._worker_resume["next_step"]
         window = _Window()
-        for item in rank_packs(planner, base, self.world_size, self.rank, step, nw):
-            key = "tail" if item.window is None else item.window
-            if window.key != key:
-                window = _Window()
-                window.key = key
-                if item.window is not None:
-                    self._announce(planner, item.window, base, item.step, nw)
-            batch = self._make_batch(item.samples, window, item.dropped)
-            hint = planner.anchor_for(item.cursor)
-            state = self._state(item.cursor, hint)
-            batch["state"] = state
-            self._last_state = state
-            self._progress = {"base": base, "next_step": item.step + nw, "cursor": item.cursor, "window": hint}
-            yield batch
+        opt = self.plan_options
+        tally, finished = LengthTally(opt.max_tokens, opt.max_images, opt.overlong), False
+        try:
+            for item in rank_packs(planner, base, self.world_size, self.rank, step, nw):
+                key = "tail" if item.window is None else item.window
+                if window.key != key:
+                    window = _Window()
+                    window.key = key
+                    if item.window is not None:
+                        self._announce(planner, item.window, base, item.step, nw)
+                batch = self._make_batch(item.samples, window, item.dropped)
+                tally.add(batch["stats"])
+                hint = planner.anchor_for(item.cursor)
+                state = self._state(item.cursor, hint)
+                batch["state"] = state
+                self._last_state = state
+                self._progress = {"base": base, "next_step": item.step + nw, "cursor": item.cursor, "window": hint}
+                yield batch
+            finished = True
+        finally:   # once per epoch and worker (also when the consumer stops early)
+            if self.log_lengths:
+                tally.log(f"epoch {planner.epoch}{'' if finished else ' (stopped early)'}, rank {self.rank} of "
+                          f"{self.world_size}, worker {wid} of {nw}")
 
     def _announce(self, planner: EpochPlanner, k: int, base: int, step: int, nw: int) -> None:
         """Tell the fetcher this worker's shard reads from window k on, in order: exact for

@@ -4,7 +4,8 @@ A measurement that stops because the dataset ended measures start-up and the las
 packs, not the steady state (the tuner once chose from 0.5 s runs ending that way).
 `LoopedDataset(ds)` iterates a fresh shallow copy of `ds` per pass, each on the next epoch
 (`set_epoch`) when the dataset has epochs, so a VLMDataset plans new packs and is never iterated
-twice in one worker. Decode-thread settings are passed through to the wrapped dataset.
+twice in one worker; the copies do not log their truncated samples (`log_lengths`: a measurement pass
+is not a training epoch). Decode-thread settings are passed through to the wrapped dataset.
 """
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ class LoopedDataset(IterableDataset):
         passes = 0
         while True:
             ds = copy.copy(self.dataset)
+            if hasattr(ds, "log_lengths"):
+                ds.log_lengths = False
             if epoch is not None and hasattr(ds, "set_epoch"):
                 ds.set_epoch(epoch + passes)
             got = False
