@@ -182,3 +182,11 @@ class Skip:
     IMAGE_TOO_LARGE = "image_too_large"        # more pixels than the decoder's limit
     TOO_MANY_IMAGES = "too_many_images"
     OVERLONG = "overlong"
+    # video clips (vlmdata.video: probing at shard time, decoding at load time)
+    BAD_VIDEO = "bad_video"                    # not a readable container, or a probe over its time budget
+    NO_VIDEO_STREAM = "no_video_stream"        # a container without video (audio only)
+    NO_VIDEO_FRAMES = "no_video_frames"        # a video stream without a single frame
+    TRUNCATED_VIDEO = "truncated_video"        # packets end early: cut short, or a container that lies
+    VIDEO_TOO_LONG = "video_too_long"          # over the duration or frame-count limit
+    VIDEO_TOO_LARGE = "video_too_large"        # frames over the pixel limit (read from the header)
+    UNDECODABLE_VIDEO = "undecodable_video"    # frames that do not decode

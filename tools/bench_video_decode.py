@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Sampled-frame video decode: vlmdata's seeking decoder against decoding every frame, in one run.
+
+    python tools/bench_video_decode.py [--seconds 30,60,90,120] [--fps 30] [--gop 60] [--sample-fps 2]
+                                       [--size 320x240] [--rounds 3] [--out FILE]
+
+Clips (H.264 in mp4, made once with PyAV and cached under /tmp) of 30-120 s are sampled at
+2 frames per second the way Qwen2-VL's video processor counts them (an even number, taken
+at evenly spaced positions). Compared on the same clips, in rotated order over `--rounds`:
+
+- `decode-all`: decode every frame and convert every frame to RGB, then pick (what
+  `torchvision.io.read_video`-style loaders do);
+- `decode-all, convert picked`: PyAV used the straightforward way: decode every frame, convert
+  only the picked ones;
+- `vlmdata`: `vlmdata.video.decode_frames` with the clip's probed metadata (stored at shard time;
+  the probe's own cost is reported on its own line).
+
+Reported: sampled frames per CPU-second (process time, the stable figure on a shared machine)
+and per wall second, and each method's ratio to `decode-all`. Target (issue 22): >= 5x.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from vlmdata.sysinfo import cpu_model  # noqa: E402
+from vlmdata.testing import write_report  # noqa: E402
+from vlmdata.testing.clips import ClipSpec, make_clip  # noqa: E402
+from vlmdata.video import decode_frames, probe_clip  # noqa: E402
+
+
+def sample_indices(frames: int, fps: float, sample_fps: float, temporal: int = 2) -> list[int]:
+    """Evenly spaced frames at `sample_fps`, their count a multiple of `temporal` (Qwen2-VL's rule)."""
+    count = int(frames / fps * sample_fps // temporal * temporal)
+    count = max(temporal, min(count, frames // temporal * temporal))
+    return np.arange(0, frames, frames / count).astype(int).tolist()
+
+
+def clip(seconds: int, args) -> bytes:
+    w, h = (int(x) for x in args.size.split("x"))
+    path = Path("/tmp/vlmdata-bench-video") / f"clip_{seconds}s_{args.fps}fps_g{args.gop}_{w}x{h}.mp4"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        print(f"encoding {path.name} (once, cached)", flush=True)
+        path.write_bytes(make_clip(ClipSpec(width=w, height=h, fps=args.fps, frames=seconds * args.fps, gop=args.gop)))
+    return path.read_bytes()
+
+
+def decode_all(data: bytes, indices: list[int], convert_all: bool) -> list[np.ndarray]:
+    import av
+
+    wanted, out = set(indices), {}
+    with av.open(io.BytesIO(data)) as c:
+        stream = c.streams.video[0]
+        stream.thread_type = "NONE"
+        for i, frame in enumerate(c.decode(stream)):
+            if convert_all or i in wanted:
+                rgb = frame.to_ndarray(format="rgb24")
+                if i in wanted:
+                    out[i] = rgb
+    return [out[i] for i in indices]
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def rss_over_clips(count: int) -> list[tuple[int, float]]:
+    """Probe and decode 4 sampled frames of `count` clips (8 distinct 2 s clips in turn); RSS every 10 %."""
+    clips = [make_clip(ClipSpec(width=160 + 16 * k, height=96 + 8 * k, frames=60, gop=15), seed=k) for k in range(8)]
+    marks = []
+    for n in range(count):
+        data = clips[n % len(clips)]
+        info = probe_clip(data)
+        decode_frames(data, info, [3, 20, 37, 55])
+        if n % max(count // 10, 1) == 0 or n == count - 1:
+            marks.append((n + 1, rss_mib()))
+    return marks
+
+
+def timed(fn, *args) -> tuple[float, float, object]:
+    c0, w0 = time.process_time(), time.perf_counter()
+    result = fn(*args)
+    return time.process_time() - c0, time.perf_counter() - w0, result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", default="30,60,90,120")
+    ap.add_argument("--fps", type=int, default=30)
+    ap.add_argument("--gop", type=int, default=60, help="frames between keyframes (x264's default is 250)")
+    ap.add_argument("--sample-fps", type=float, default=2.0)
+    ap.add_argument("--size", default="320x240")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rss-clips", type=int, default=2000, help="clips for the memory-drift check (0: skip)")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    clips = {s: clip(int(s), args) for s in args.seconds.split(",")}
+    infos, probe_cpu = {}, 0.0
+    for s, data in clips.items():
+        cpu, _, infos[s] = timed(probe_clip, data)
+        probe_cpu += cpu
+    methods = {"decode-all": lambda d, i, idx: decode_all(d, idx, True),
+               "decode-all, convert picked": lambda d, i, idx: decode_all(d, idx, False),
+               "vlmdata": lambda d, i, idx: decode_frames(d, i, idx)}
+    totals = {m: [0.0, 0.0, 0] for m in methods}
+    names = list(methods)
+    for r in range(args.rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            for s, data in clips.items():
+                info = infos[s]
+                idx = sample_indices(info.frames, info.average_fps, args.sample_fps)
+                cpu, wall, frames = timed(methods[name], data, info, idx)
+                totals[name][0] += cpu
+                totals[name][1] += wall
+                totals[name][2] += len(frames)
+    base = totals["decode-all"][2] / totals["decode-all"][0]
+    sampled = sum(len(sample_indices(i.frames, i.average_fps, args.sample_fps)) for i in infos.values())
+    lines = [f"# Sampled-frame video decode ({args.sample_fps:g} fps sampling)", "",
+             f"- machine: {cpu_model()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
+             f"Python {platform.python_version()}, PyAV {__import__('av').__version__}",
+             f"- clips: {', '.join(f'{s} s' for s in clips)} of {args.size} H.264 at {args.fps} fps, a keyframe every "
+             f"{args.gop} frames; {sampled} sampled frames per round, {args.rounds} rounds in rotated order",
+             f"- probing all clips (once, at shard time): {probe_cpu * 1000:.0f} ms CPU", "",
+             "| method | frames / CPU-s | frames / s | vs decode-all (CPU) |", "|---|---:|---:|---:|"]
+    for name, (cpu, wall, n) in totals.items():
+        lines.append(f"| {name} | {n / cpu:,.0f} | {n / wall:,.0f} | {n / cpu / base:.2f}x |")
+    if args.rss_clips:
+        marks = rss_over_clips(args.rss_clips)
+        warm = marks[1][1] if len(marks) > 1 else marks[0][1]     # after the first 10 %: allocator warmed up
+        lines += ["", f"Memory over {args.rss_clips} clips (probe + 4 sampled frames each): RSS "
+                      + ", ".join(f"{mib:.0f} MiB after {n}" for n, mib in marks)
+                      + f"; last vs after the first 10 %: {(marks[-1][1] / warm - 1) * 100:+.1f} % (target: within 10 %)"]
+    text = "\n".join(lines)
+    print(text)
+    write_report(text, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
