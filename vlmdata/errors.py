@@ -146,10 +146,11 @@ class Skip:
     # images (vlmdata shard / vlmdata index)
     EMPTY_FILE = "empty_file"
     NOT_AN_IMAGE = "not_an_image"
+    UNSUPPORTED_FORMAT = "unsupported_format"  # a format Pillow opens that the loader does not decode (EPS)
     BAD_IMAGE_HEADER = "bad_image_header"
     DECOMPRESSION_BOMB = "decompression_bomb"
     TRUNCATED_IMAGE = "truncated_image"
-    UNDECODABLE_IMAGE = "undecodable_image"    # fails a full decode (--verify decode, re-encode, memmap)
+    UNDECODABLE_IMAGE = "undecodable_image"    # the loader's decoder fails on it (--verify decode/strict, memmap)
     # foreign tars (vlmdata index)
     TRUNCATED_SAMPLE = "truncated_sample"
     CORRUPT_SHARD = "corrupt_shard"            # an unreadable tar header or stream: the rest of the shard
