@@ -14,7 +14,8 @@ caught and `except VlmdataError` catches everything of ours:
     ├── TarFormatError (ValueError)       a corrupt or truncated tar stream
     ├── ShardReadError (ValueError)       a fetched shard that cannot be read
     │   ├── BadIndexError                 a shard index that cannot be read, or that describes another shard
-    │   └── IndexMismatchError            an index row that does not point at its own sample's members
+    │   ├── IndexMismatchError            an index row that does not point at its own sample's members
+    │   └── ShardChangedError             a mapped shard rewritten in place while it was being read
     ├── FetchError (OSError)              a shard not fetched intact after all retries
     │   └── CorruptShardError             fetched bytes that fail the size or CRC check
     ├── BadKeyError (ValueError)          a cache key that could name a path outside the cache
@@ -35,8 +36,8 @@ from __future__ import annotations
 __all__ = [
     "AdapterError", "BadIndexError", "BadKeyError", "CacheDirBusy", "ConfigError", "CorruptShardError",
     "DecodeError", "EmptyDatasetError", "FetchError", "ImageProblem", "IndexMismatchError", "NoRoomError",
-    "NotServedError", "OutOfTime", "ProtocolError", "RowProblem", "ShardReadError", "Skip", "SkipError",
-    "TarFormatError", "VlmdataError",
+    "NotServedError", "OutOfTime", "ProtocolError", "RowProblem", "ShardChangedError", "ShardReadError", "Skip",
+    "SkipError", "TarFormatError", "VlmdataError",
 ]
 
 
@@ -86,6 +87,10 @@ class BadIndexError(ShardReadError):
 
 class IndexMismatchError(ShardReadError):
     """An index row that does not point at its own sample's members (name, size or bounds)."""
+
+
+class ShardChangedError(ShardReadError):
+    """A mapped shard file was rewritten in place after it was opened: its bytes are no longer the checked ones."""
 
 
 class FetchError(VlmdataError, OSError):
@@ -165,6 +170,7 @@ class Skip:
     DECODE_ERROR = "decode_error"
     BAD_INDEX = "bad_index"                    # the shard's index cannot be read or describes another shard
     INDEX_MISMATCH = "index_mismatch"          # an index row that does not match the member it points at
+    SHARD_CHANGED = "shard_changed"            # a sample of a shard file rewritten in place after it was opened
     DECODER_EXCEPTION = "decoder_exception"    # an unexpected exception type from a decoder (logged once)
     IMAGE_TOO_LARGE = "image_too_large"        # more pixels than the decoder's limit
     TOO_MANY_IMAGES = "too_many_images"
