@@ -141,6 +141,7 @@ class Skip:
     REMOTE_NOT_ALLOWED = "remote_not_allowed"  # a remote or chained URL without --allow-remote / --allow-host
     BAD_TEXT = "bad_text"                      # text of the wrong type or layout
     EMPTY_TEXT = "empty_text"
+    TEXT_TOO_LARGE = "text_too_large"          # a stored text over retokenize's --max-text-bytes (not read)
     MISSING_TEXT = "missing_text"
     MISSING_IMAGE_REF = "missing_image_ref"
     BAD_IMAGE_REF = "bad_image_ref"

@@ -5,7 +5,8 @@ import argparse
 import sys
 
 from vlmdata.cli.options import parse_storage_options, run_with_progress
-from vlmdata.ingest.retokenize import RetokenizeConfig, retokenize_dataset
+from vlmdata.cli.tune import parse_size
+from vlmdata.ingest.retokenize import DEFAULT_MAX_TEXT_BYTES, RetokenizeConfig, retokenize_dataset
 
 
 def register(subparsers) -> None:
@@ -26,6 +27,9 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count; 0 = inline)")
     p.add_argument("--storage-options", default=None, help="fsspec storage options as JSON, or @file.json")
     p.add_argument("--no-fsync", action="store_true", help="do not fsync local files before renaming them")
+    p.add_argument("--max-text-bytes", type=parse_size, default=DEFAULT_MAX_TEXT_BYTES,
+                   help="skip (and count as text_too_large) samples whose stored text is larger, e.g. 4M "
+                        "(default 1M); they are never read")
     p.set_defaults(func=run)
 
 
@@ -37,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     cfg = RetokenizeConfig(dataset=args.dataset, tokenizer=args.tokenizer, view=args.view, train_on=args.train_on,
                            family=args.family, workers=args.workers, make_default=args.default,
-                           overwrite=args.overwrite, storage_options=so, fsync=not args.no_fsync)
+                           overwrite=args.overwrite, storage_options=so, fsync=not args.no_fsync,
+                           max_text_bytes=args.max_text_bytes)
     result, dt = run_with_progress(lambda update: retokenize_dataset(cfg, (lambda n: update(n, n)) if update else None))
     if result is None:
         return 2
