@@ -14,7 +14,8 @@ caught and `except VlmdataError` catches everything of ours:
     ├── TarFormatError (ValueError)       a corrupt or truncated tar stream
     ├── ShardReadError (ValueError)       a fetched shard that cannot be read
     │   ├── BadIndexError                 a shard index that cannot be read, or that describes another shard
-    │   └── IndexMismatchError            an index row that does not point at its own sample's members
+    │   ├── IndexMismatchError            an index row that does not point at its own sample's members
+    │   └── ShardChangedError             a mapped shard rewritten in place while it was being read
     ├── FetchError (OSError)              a shard not fetched intact after all retries
     │   └── CorruptShardError             fetched bytes that fail the size or CRC check
     ├── BadKeyError (ValueError)          a cache key that could name a path outside the cache
@@ -36,8 +37,8 @@ from __future__ import annotations
 __all__ = [
     "AdapterError", "BadIndexError", "BadKeyError", "CacheDirBusy", "ConfigError", "CorruptShardError",
     "DecodeError", "EmptyDatasetError", "FetchError", "ImageProblem", "IndexMismatchError", "NoRoomError",
-    "NotServedError", "OutOfTime", "ProtocolError", "RowProblem", "ShardReadError", "Skip", "SkipError",
-    "TarFormatError", "TooManySkipsError", "VlmdataError",
+    "NotServedError", "OutOfTime", "ProtocolError", "RowProblem", "ShardChangedError", "ShardReadError", "Skip",
+    "SkipError", "TarFormatError", "TooManySkipsError", "VlmdataError",
 ]
 
 
@@ -87,6 +88,10 @@ class BadIndexError(ShardReadError):
 
 class IndexMismatchError(ShardReadError):
     """An index row that does not point at its own sample's members (name, size or bounds)."""
+
+
+class ShardChangedError(ShardReadError):
+    """A mapped shard file was rewritten in place after it was opened: its bytes are no longer the checked ones."""
 
 
 class FetchError(VlmdataError, OSError):
@@ -150,6 +155,7 @@ class Skip:
     REMOTE_NOT_ALLOWED = "remote_not_allowed"  # a remote or chained URL without --allow-remote / --allow-host
     BAD_TEXT = "bad_text"                      # text of the wrong type or layout
     EMPTY_TEXT = "empty_text"
+    TEXT_TOO_LARGE = "text_too_large"          # a stored text over retokenize's --max-text-bytes (not read)
     MISSING_TEXT = "missing_text"
     MISSING_IMAGE_REF = "missing_image_ref"
     BAD_IMAGE_REF = "bad_image_ref"
@@ -160,10 +166,11 @@ class Skip:
     # images (vlmdata shard / vlmdata index)
     EMPTY_FILE = "empty_file"
     NOT_AN_IMAGE = "not_an_image"
+    UNSUPPORTED_FORMAT = "unsupported_format"  # a format Pillow opens that the loader does not decode (EPS)
     BAD_IMAGE_HEADER = "bad_image_header"
     DECOMPRESSION_BOMB = "decompression_bomb"
     TRUNCATED_IMAGE = "truncated_image"
-    UNDECODABLE_IMAGE = "undecodable_image"    # fails a full decode (--verify decode, re-encode, memmap)
+    UNDECODABLE_IMAGE = "undecodable_image"    # the loader's decoder fails on it (--verify decode/strict, memmap)
     # foreign tars (vlmdata index)
     TRUNCATED_SAMPLE = "truncated_sample"
     CORRUPT_SHARD = "corrupt_shard"            # an unreadable tar header or stream: the rest of the shard
@@ -178,6 +185,7 @@ class Skip:
     DECODE_ERROR = "decode_error"
     BAD_INDEX = "bad_index"                    # the shard's index cannot be read or describes another shard
     INDEX_MISMATCH = "index_mismatch"          # an index row that does not match the member it points at
+    SHARD_CHANGED = "shard_changed"            # a sample of a shard file rewritten in place after it was opened
     DECODER_EXCEPTION = "decoder_exception"    # an unexpected exception type from a decoder (logged once)
     IMAGE_TOO_LARGE = "image_too_large"        # more pixels than the decoder's limit
     TOO_MANY_IMAGES = "too_many_images"

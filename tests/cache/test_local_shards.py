@@ -62,7 +62,7 @@ def test_a_forked_worker_trusts_what_the_parent_checked(tmp_path, crc_calls):
     proc.start()
     kind, child_checks = q.get(timeout=30)
     proc.join(30)
-    assert kind == "mmap" and child_checks == 0 and crc_calls == [100_000]   # checked once, by the parent
+    assert kind == "MappedShard" and child_checks == 0 and crc_calls == [100_000]   # checked once, by the parent
 
 
 def test_changed_file_is_checked_again_and_corruption_reported(tmp_path, crc_calls):

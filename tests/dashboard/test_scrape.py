@@ -117,3 +117,54 @@ def test_a_redirect_to_a_file_is_not_followed(tmp_path):
         server.shutdown()
         server.server_close()
     assert not status["up"] and status["errors"] == 1 and "314159265" not in json.dumps(tracker.snapshot())
+
+
+def test_a_trickling_target_times_out_alone_and_the_others_are_scraped():
+    """A target sending one byte every 0.5 s forever: the scrape ends after its timeout, the other target is up."""
+    import http.server
+    import threading
+
+    stop = threading.Event()
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            while not stop.is_set():
+                self.wfile.write(b"#")
+                self.wfile.flush()
+                stop.wait(0.5)
+
+        def log_message(self, *args):
+            pass
+
+    slow = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    slow.daemon_threads = True
+    threading.Thread(target=slow.serve_forever, daemon=True).start()
+    ms = MetricSet()
+    try:
+        with MetricsServer(ms) as server:
+            slow_url = f"http://127.0.0.1:{slow.server_address[1]}/metrics"
+            tracker = RateTracker([slow_url, server.url], timeout=1.5)
+            done = threading.Event()
+
+            def scrape_twice():
+                tracker.scrape_once()
+                ms.absorb(StatsDelta(images=8), rank=0)
+                tracker.scrape_once()
+                done.set()
+
+            threading.Thread(target=scrape_twice, daemon=True).start()
+            assert done.wait(20), "the scrape never returned: one slow target froze the dashboard"
+            snap = tracker.snapshot()
+    finally:
+        stop.set()
+        slow.shutdown()
+        slow.server_close()
+    status = {t["url"]: t for t in snap["targets"]}
+    assert status[server.url]["up"] and status[server.url]["scrapes"] == 2
+    assert not status[slow_url]["up"] and status[slow_url]["errors"] == 2
+    assert "TimeoutError" in status[slow_url]["last_error"]
+    images = next(c for c in snap["charts"] if c["id"] == "images_per_second")
+    assert images["series"]["images"][-1][1] > 0

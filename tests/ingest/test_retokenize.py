@@ -106,3 +106,35 @@ def test_cli_retokenize_of_a_byte_tokenizer_dataset(folders, rows, tmp_path, cap
     assert old.model_family is None and old.policy.size == 336
     new = VLMDataset(str(tmp_path / "d"), max_tokens=1 << 16, max_images=64, text_view="qwen-small")
     assert new.model_family.name == "qwen2_vl" and len(_all_samples(new)) == 7
+
+
+def test_an_oversized_stored_text_is_a_counted_skip_never_read(folders, tmp_path, monkeypatch):
+    """One huge caption must not make retokenize read and tokenize it (a 20 MB one took ~5 GB); the workers it
+    starts die with it (sysinfo.die_with_parent as the pool's initializer)."""
+    from tests.helpers.shards import jpeg
+    from vlmdata.sysinfo import die_with_parent
+
+    qwen, _ = folders
+    (tmp_path / "a.jpg").write_bytes(jpeg(32, 32))
+    big = "word " * 40_000                                  # 200 KB of stored text
+    rows = [{"id": f"r{i}", "image": "a.jpg", "conversations": [
+        {"from": "human", "value": "<image>\nDescribe."}, {"from": "gpt", "value": big if i == 3 else f"cap {i}"}]}
+        for i in range(6)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    shard_dataset(ShardConfig(inputs=[str(tmp_path / "d.jsonl")], output=str(tmp_path / "ds"), workers=0,
+                              max_samples_per_shard=3))
+    pools = []
+    real_pool = retok_module.ProcessPoolExecutor
+
+    def pool(*args, **kwargs):
+        pools.append(kwargs.get("initializer"))
+        return real_pool(*args, **kwargs)
+
+    monkeypatch.setattr(retok_module, "ProcessPoolExecutor", pool)
+    result = retokenize_dataset(RetokenizeConfig(dataset=str(tmp_path / "ds"), tokenizer=str(qwen), view="q",
+                                                 workers=2, max_text_bytes=64 << 10))
+    assert result.skipped == {"text_too_large": 1} and result.encoded == 5 and result.samples == 6
+    assert result.bytes_read < len(big)                     # the big record was never read
+    assert pools == [die_with_parent]
+    ds = VLMDataset(str(tmp_path / "ds"), max_tokens=1 << 12, max_images=8, text_view="q")
+    assert sorted(k for b in ds for k in b["sample_keys"]) == ["r0", "r1", "r2", "r4", "r5"]

@@ -22,7 +22,7 @@ def images(tmp_path):
 
 def test_every_bad_input_is_skipped_and_counted(tmp_path, images):
     d, files = images
-    (d / "trunc.png").write_bytes(png(30, 30)[:-12])
+    (d / "trunc.png").write_bytes(png(30, 30)[:-30])          # cut inside IDAT (without IEND alone it decodes)
     (d / "big.jpg").write_bytes(jpeg(300, 300))
 
     def conv(q, a="answer"):

@@ -1,5 +1,5 @@
 """`vlmdata shard` on hostile rows: one row never aborts the run, no row is lost without a count
-(input rows == written + skipped), --verify decode catches what header checks cannot, and `vlmdata inspect`
+(input rows == written + skipped), --verify strict catches what Pillow decodes with warnings, and `vlmdata inspect`
 shows every new skip reason."""
 from __future__ import annotations
 
@@ -154,13 +154,16 @@ def garbage_body_jpeg() -> bytes:
     return good[:start] + noise.replace(b"\xff", b"\xfe") + b"\xff\xd9"
 
 
-def test_verify_decode_catches_a_garbage_body(root):
+def test_verify_strict_catches_a_garbage_body_pillow_decodes(root):
+    """Noise without 0xFF bytes parses as entropy-coded data: Pillow (the loader) decodes it, libjpeg warns."""
     (root / "imgs" / "noise.jpg").write_bytes(garbage_body_jpeg())
+    Image.open(io.BytesIO(garbage_body_jpeg())).load()                   # the loader's decoder takes it
     rows = [llava(0), llava(1, "imgs/noise.jpg"), llava(2)]
     (root / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    m = shard(root / "d.jsonl", root / "plain")
-    assert m.num_samples == 3 and m.stats["skipped"] == {}                 # header checks cannot see it
-    m = shard(root / "d.jsonl", root / "verified", verify="decode")
+    for verify in ("none", "decode"):
+        m = shard(root / "d.jsonl", root / f"plain-{verify}", verify=verify)
+        assert m.num_samples == 3 and m.stats["skipped"] == {}, verify
+    m = shard(root / "d.jsonl", root / "verified", verify="strict")
     assert m.num_samples == 2 and m.stats["skipped"] == {"undecodable_image": 1}
     assert sorted(wds_samples(root / "verified")) == ["r0", "r2"]
     with pytest.raises(ConfigError, match="--verify"):
@@ -175,7 +178,7 @@ def test_cli_options_and_inspect_show_the_new_reasons(root):
     (root / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "{broken\n")
     out = root / "out"
     r = subprocess.run([sys.executable, "-m", "vlmdata", "shard", str(root / "d.jsonl"), "-o", str(out),
-                        "--workers", "0", "--verify", "decode", "--max-image-bytes", "2K",
+                        "--workers", "0", "--verify", "strict", "--max-image-bytes", "2K",
                         "--max-skip-fraction", "1"],   # all but one row are hostile on purpose
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -196,8 +199,9 @@ def test_resume_of_a_run_started_before_the_access_settings(root):
     shard(root / "d.jsonl", root / "out", max_samples_per_shard=2)
     config = root / "out" / "_jobs" / "config.json"
     old = json.loads(config.read_text())
-    del old["access"], old["verify"]
-    config.write_text(json.dumps(old))
-    assert shard(root / "d.jsonl", root / "out", max_samples_per_shard=2, resume=True).stats["resumed_jobs"] == 2
-    with pytest.raises(ConfigError, match="different settings .*verify"):
-        shard(root / "d.jsonl", root / "out", max_samples_per_shard=2, resume=True, verify="decode")
+    del old["access"], old["image_check"]
+    config.write_text(json.dumps(old))      # "verify" absent: the header checks of then, today's "none"
+    m = shard(root / "d.jsonl", root / "out", max_samples_per_shard=2, resume=True, verify="none")
+    assert m.stats["resumed_jobs"] == 2
+    with pytest.raises(ConfigError, match="different settings .*image_check"):
+        shard(root / "d.jsonl", root / "out", max_samples_per_shard=2, resume=True)

@@ -1,12 +1,18 @@
 """Bad data at run time: skipped and counted, the epoch goes on, nothing hangs."""
+import io
 import os
 import shutil
+from collections import Counter
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from tests.helpers.dataset import make_samples, write_dataset
 from tests.helpers.s3 import moto_s3
 from vlmdata.cache import RetryPolicy
+from vlmdata.decode import FixedPolicy
+from vlmdata.formats import SampleIndex
 from vlmdata.loading import DatasetOptions, VLMDataset, make_loader
 
 OPTS = DatasetOptions(window_shards=2, retry=RetryPolicy(attempts=2, base_delay=0.01, seed=0))
@@ -92,3 +98,52 @@ def test_missing_dataset_gives_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="vlmdata index"):
         VLMDataset(root, rank=0, world_size=1)
     shutil.rmtree(root)
+
+
+def solid_ppm_samples(n: int) -> list:
+    """n samples of one 32x32 solid-colour PPM each (every image member the same size), the same text."""
+    from tests.helpers.dataset import TOK, RawSample
+    from vlmdata.formats import EncodedImage
+    from vlmdata.text import encode_conversation
+
+    out = []
+    for i in range(n):
+        colour = np.array([i * 15, 255 - i * 15, (i * 40) % 256], np.uint8)
+        arr = np.broadcast_to(colour, (32, 32, 3)).copy()
+        buf = io.BytesIO()
+        Image.fromarray(arr).save(buf, format="PPM")
+        tokens = encode_conversation(TOK, [("user", "<image>\nColour?"), ("assistant", "a colour")], 1)
+        out.append(RawSample(f"c{i:05d}", tokens, [EncodedImage(buf.getvalue(), "ppm", 32, 32)], [arr]))
+    return out
+
+
+def test_shard_rewritten_in_place_mid_epoch_never_delivers_another_samples_bytes(tmp_path):
+    """Same size, same tar headers, image payloads rotated: the member-name check cannot see it."""
+    root = str(tmp_path / "ds")
+    samples = solid_ppm_samples(16)
+    colours = {s.key: s.pixels[0][0, 0].tolist() for s in samples}
+    m = write_dataset(root, samples, shard_size=8)
+    ds = VLMDataset(root, max_tokens=48, max_images=2, image_size=FixedPolicy(28, 14), rank=0, world_size=1,
+                    options=DatasetOptions(window_shards=2))
+    delivered, skipped, wrong = [], Counter(), []
+    for n, b in enumerate(make_loader(ds, num_workers=0)):
+        skipped.update(b["stats"]["skipped"])
+        for j, key in enumerate(b["sample_keys"]):
+            delivered.append(key)
+            got = b["pixel_values"][j].reshape(3, -1).T.unique(dim=0).tolist()
+            if got != [colours[key]]:
+                wrong.append(key)
+        if n == 0:            # a reader has the shards open: rotate every image payload of each, in place
+            for info in m.shards:
+                ix = SampleIndex.load(os.path.join(root, info.index))
+                path = os.path.join(root, info.name)
+                data = open(path, "rb").read()
+                payloads = [data[o:o + z] for o, z in zip(ix.img_offset.tolist(), ix.img_size.tolist())]
+                with open(path, "r+b") as f:
+                    for o, p in zip(ix.img_offset.tolist(), payloads[1:] + payloads[:1]):
+                        f.seek(o)
+                        f.write(p)
+                assert os.path.getsize(path) == info.bytes
+    assert wrong == []
+    assert len(delivered) == len(set(delivered)) and len(delivered) + sum(skipped.values()) == len(samples)
+    assert skipped["shard_changed"] > 0 and set(skipped) <= {"shard_changed", "corrupt_shard"}   # opened later: CRC

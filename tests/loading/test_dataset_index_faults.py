@@ -7,6 +7,7 @@ import io
 import os
 import shutil
 import zipfile
+import zlib
 from collections import Counter
 
 import numpy as np
@@ -166,3 +167,69 @@ def test_memmap_image_row_out_of_bounds_costs_one_sample(tmp_path, samples):
     keys, skipped, _ = load(root)
     assert sorted(keys) == sorted(s.key for s in samples if s.key != ix.keys()[row])
     assert skipped == {"index_mismatch": 1}
+
+
+def memmap_pixels(batches, samples) -> dict[str, list[bytes]]:
+    """key -> the bytes of each of its images as delivered (fixed policy: one [3, S, S] tensor per image)."""
+    counts = {s.key: len(s.images) for s in samples}
+    out = {}
+    for b in batches:
+        pixels = b["pixel_values"].permute(0, 2, 3, 1).contiguous().numpy()
+        start = 0
+        for key in b["sample_keys"]:
+            n = counts[key]
+            out[key] = [pixels[start + j].tobytes() for j in range(n)]
+            start += n
+    return out
+
+
+def test_memmap_swapped_image_rows_cost_their_samples_never_deliver_swapped_pixels(tmp_path, samples):
+    root = str(tmp_path / "mm")
+    m = write_dataset(root, samples, shard_size=8, kind="memmap")
+    _, skipped, batches = load(root, workers=0)
+    own = memmap_pixels(batches, samples)
+    assert skipped == {} and len(own) == len(samples)
+    path = index_path(root, m, 0)
+    ix = SampleIndex.load(path)
+    a, b = [i for i in range(len(ix)) if ix.n_images[i] > 0][:2]
+    img_offset = ix.img_offset.copy()
+    ia, ib = int(ix.image_start[a]), int(ix.image_start[b])
+    img_offset[ia], img_offset[ib] = img_offset[ib], img_offset[ia]    # in bounds: only an owner check sees it
+    dataclasses.replace(ix, img_offset=img_offset).save(path)
+    keys, skipped, batches = load(root)
+    swapped = {ix.keys()[a], ix.keys()[b]}
+    assert sorted(keys) == sorted(s.key for s in samples if s.key not in swapped)
+    assert skipped == {"index_mismatch": 2}
+    delivered = memmap_pixels(batches, samples)
+    assert [k for k in delivered if delivered[k] != own[k]] == []
+    assert wrong_contents(batches, {s.key: s for s in samples}) == []
+
+
+def test_memmap_shards_without_owners_stay_readable_unverified(tmp_path, samples):
+    """A version-1 shard (written before image owners) loads; MemmapShard.verified says it is unchecked."""
+    import json
+    import struct
+
+    from vlmdata.formats import TRAILER, Manifest, MemmapShard
+
+    root = str(tmp_path / "mm")
+    write_dataset(root, samples, shard_size=8, kind="memmap")
+    man = Manifest.load(root)
+    for info in man.shards:
+        path = os.path.join(root, info.name)
+        data = open(path, "rb").read()
+        _, n = TRAILER.unpack(data[-TRAILER.size:])
+        footer = json.loads(data[-TRAILER.size - n:-TRAILER.size])
+        del footer["offsets"]["owners"]
+        footer["version"] = 1
+        raw = json.dumps(footer, sort_keys=True).encode()
+        rewritten = data[:-TRAILER.size - n] + raw + struct.pack("<8sQ", b"VLMMMAP1", len(raw))
+        with open(path, "wb") as f:
+            f.write(rewritten)
+        info.bytes, info.crc32 = len(rewritten), zlib.crc32(rewritten)
+        ix = SampleIndex.load(os.path.join(root, info.index))
+        dataclasses.replace(ix, shard_bytes=info.bytes, shard_crc32=info.crc32).save(os.path.join(root, info.index))
+    man.save(root)
+    assert not MemmapShard(root, man.shards[0]).verified
+    keys, skipped, _ = load(root)
+    assert sorted(keys) == sorted(s.key for s in samples) and skipped == {}

@@ -5,6 +5,13 @@ without copying) after checking its size against the manifest, and checks its CR
 the first open of this file in this process tree (`cache.verified`). Reading the whole shard
 into private memory instead cost a full copy per open and made every DataLoader worker hold
 its windows of shards privately (tools/profile_loader.py, BENCHMARKS.md issue 16).
+
+A map shows the file's current bytes: a shard *replaced* by a new file (rename) leaves the map
+on the old inode, still the checked bytes, but one *rewritten in place* changes under it. So the
+map is a `MappedShard`, which keeps the file open and tells, by `changed()` (one fstat: inode,
+size, modification and status-change times against those at open), whether the bytes may differ
+from the checked ones. The sample readers copy a sample's bytes out, then ask (shard_source):
+a sample read after an in-place rewrite is skipped and counted (shard_changed), never delivered.
 """
 from __future__ import annotations
 
@@ -15,7 +22,36 @@ import zlib
 from vlmdata.cache.verified import VERIFIED, file_identity
 from vlmdata.errors import CorruptShardError
 
-__all__ = ["map_local_shard"]
+__all__ = ["MappedShard", "map_local_shard"]
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+class MappedShard(mmap.mmap):
+    """A read-only map of a local shard that knows whether its file changed since it was opened."""
+
+    def __new__(cls, f, st: os.stat_result):
+        self = super().__new__(cls, f.fileno(), 0, access=mmap.ACCESS_READ)
+        self._fd = os.dup(f.fileno())          # fstat follows the mapped inode, not whatever the path names now
+        self._identity = _identity(st)
+        return self
+
+    def changed(self) -> bool:
+        """True when the mapped file was written (or truncated) after it was opened."""
+        return _identity(os.fstat(self._fd)) != self._identity
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        super().close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def map_local_shard(path: str, size: int | None, crc32: int | None, label: str | None = None):
@@ -28,7 +64,7 @@ def map_local_shard(path: str, size: int | None, crc32: int | None, label: str |
         st = os.fstat(f.fileno())
         if size is not None and st.st_size != size:
             raise CorruptShardError(f"{label}: {st.st_size} bytes, expected {size}")
-        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if st.st_size else b""
+        data = MappedShard(f, st) if st.st_size else b""
     if crc32 is not None:
         ident = file_identity(path, st, crc32)
         if ident not in VERIFIED:

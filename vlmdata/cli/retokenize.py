@@ -5,7 +5,8 @@ import argparse
 import sys
 
 from vlmdata.cli.options import add_max_skip_fraction, parse_storage_options, run_reported
-from vlmdata.ingest.retokenize import RetokenizeConfig, retokenize_dataset
+from vlmdata.cli.tune import parse_size
+from vlmdata.ingest.retokenize import DEFAULT_MAX_TEXT_BYTES, RetokenizeConfig, retokenize_dataset
 
 
 def register(subparsers) -> None:
@@ -27,6 +28,9 @@ def register(subparsers) -> None:
     p.add_argument("--storage-options", default=None, help="fsspec storage options as JSON, or @file.json")
     p.add_argument("--no-fsync", action="store_true", help="do not fsync local files before renaming them")
     add_max_skip_fraction(p, "samples")
+    p.add_argument("--max-text-bytes", type=parse_size, default=DEFAULT_MAX_TEXT_BYTES,
+                   help="skip (and count as text_too_large) samples whose stored text is larger, e.g. 4M "
+                        "(default 1M); they are never read")
     p.set_defaults(func=run)
 
 
@@ -39,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = RetokenizeConfig(dataset=args.dataset, tokenizer=args.tokenizer, view=args.view, train_on=args.train_on,
                            family=args.family, workers=args.workers, make_default=args.default,
                            overwrite=args.overwrite, storage_options=so, fsync=not args.no_fsync,
-                           max_skip_fraction=args.max_skip_fraction)
+                           max_skip_fraction=args.max_skip_fraction, max_text_bytes=args.max_text_bytes)
 
     def report(result, dt: float) -> None:
         skipped = ", ".join(f"{k}={v}" for k, v in result.skipped.items()) or "none"

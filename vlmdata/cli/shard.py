@@ -14,8 +14,7 @@ from vlmdata.cli.options import (
 from vlmdata.cli.tune import parse_size
 from vlmdata.errors import ConfigError
 from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_REMOTE_TIMEOUT
-from vlmdata.ingest.images import DEFAULT_MAX_PIXELS
-from vlmdata.ingest.job import VERIFY_MODES
+from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, VERIFY_MODES
 from vlmdata.ingest.layouts import parse_columns
 from vlmdata.ingest.readers import INPUT_FORMAT_ALIASES, INPUT_FORMATS
 from vlmdata.ingest.records import ColumnSpec
@@ -58,9 +57,10 @@ def register(subparsers) -> None:
     p.add_argument("--max-image-bytes", type=parse_size, default=DEFAULT_MAX_IMAGE_BYTES,
                    help="skip image (and caption) files larger than this, e.g. 64M (default 64M); "
                         "never read past it")
-    p.add_argument("--verify", choices=VERIFY_MODES, default="header",
-                   help="header (default): header, size and end-marker checks; decode: also decode every image "
-                        "fully and strictly in the workers, skipping those that do not decode cleanly (slower)")
+    p.add_argument("--verify", choices=VERIFY_MODES, default=VERIFY_MODES[0],
+                   help="decode (default): keep an image exactly when the loader's decoder decodes it (JPEGs at "
+                        "1/8 scale, cheap); strict: also refuse JPEGs libjpeg warns about; none: header checks "
+                        "only (bad bodies are left for the loader to count)")
     p.add_argument("--image-root", default=None,
                    help="directory relative image references resolve against; rows may only read files under it "
                         "(default: each input's own directory)")

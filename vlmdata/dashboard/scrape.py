@@ -4,6 +4,11 @@
 keeps the previous scrape of each target and turns two scrapes into per-line
 values for every chart in `charts.CHARTS` (counter resets are handled the way
 Prometheus does: a drop means the counter restarted from zero).
+
+Every target is scraped at once, each in its own thread and under its own deadline (`timeout`
+for the whole response, not only per socket read: a target sending a byte every two seconds
+would otherwise never time out), so a slow or stuck target costs only its own data, after at
+most twice its timeout, and every other target is scraped on time.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import urllib.error
 import urllib.request
 from collections import defaultdict, deque
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -71,14 +77,26 @@ _OPENER = _http_only_opener()
 
 
 def fetch_metrics(url: str, timeout: float = 5.0) -> str:
-    """GET an http(s) metrics endpoint; raises OSError (URLError included) when it is down or not http(s)."""
+    """GET an http(s) metrics endpoint; raises OSError (URLError, TimeoutError included) when it is down, not
+    http(s), or has not sent its whole page `timeout` seconds after the request (checked after each read, each
+    of which waits at most `timeout`: so at most twice that in all)."""
     if url.split("://", 1)[0].lower() not in SCHEMES:
         raise ValueError(f"not an http(s) URL: {url!r}")
+    deadline = time.monotonic() + timeout
+    chunks, size = [], 0
     with _OPENER.open(url, timeout=timeout) as resp:
-        body = resp.read(MAX_EXPOSITION_BYTES + 1)
-    if len(body) > MAX_EXPOSITION_BYTES:
+        while size <= MAX_EXPOSITION_BYTES:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{url}: no whole response within {timeout:g}s")
+            chunk = resp.read1(1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    if size > MAX_EXPOSITION_BYTES:
         raise ValueError(f"{url}: more than {MAX_EXPOSITION_BYTES} bytes: not a metrics page")
-    return body.decode("utf-8")
+    return b"".join(chunks).decode("utf-8")
 
 
 def _increase(prev: float | None, cur: float) -> float:
@@ -177,14 +195,17 @@ class RateTracker:
         self.points: deque = deque(maxlen=history)
         self._lock = threading.Lock()
 
+    def _scrape(self, t: TargetState) -> tuple[TargetState, Samples | None, str, float]:
+        try:
+            return t, parse_counters(fetch_metrics(t.url, self.timeout)), "", time.monotonic()
+        except (OSError, ValueError) as exc:  # down, refused, timed out, or not an exposition
+            return t, None, f"{type(exc).__name__}: {exc}", time.monotonic()
+
     def scrape_once(self) -> dict:
-        """Scrape every target once; append and return the new point (chart id -> line -> value)."""
-        fetched: list[tuple[TargetState, Samples | None, str, float]] = []
-        for t in self.targets:  # network I/O outside the lock, so the page never waits on a slow target
-            try:
-                fetched.append((t, parse_counters(fetch_metrics(t.url, self.timeout)), "", time.monotonic()))
-            except (OSError, ValueError) as exc:  # down, refused, timed out, or not an exposition
-                fetched.append((t, None, f"{type(exc).__name__}: {exc}", time.monotonic()))
+        """Scrape every target once, all at once; append and return the new point (chart id -> line -> value)."""
+        # network I/O outside the lock, so the page never waits on a slow target; one thread per target
+        with ThreadPoolExecutor(min(len(self.targets), 64), thread_name_prefix="scrape") as pool:
+            fetched = list(pool.map(self._scrape, self.targets))
         with self._lock:
             pairs = []
             for t, cur, error, at in fetched:

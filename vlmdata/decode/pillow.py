@@ -12,14 +12,15 @@ The output is the image as displayed, like stock Pillow's
 Pillow's own `convert("RGB")`, the first frame of an animation, ICC profiles
 not applied (as `convert` does not).
 
-Bad images (truncated, not an image, unsupported) come back as None, and
+Formats: those of `decode.probe.loader_formats()` (every Pillow plugin but
+EPS), the same the shard gate checks with. Bad images (truncated, not an
+image, unsupported) come back as None, and
 images above `max_pixels` (decompression bombs) are rejected from the header
 alone, before any pixel is decoded. No exception escapes `decode` (see
 `decode.failures`). `pop_errors()` says why, per reason.
 """
 from __future__ import annotations
 
-import io
 import warnings
 from collections import Counter
 
@@ -28,6 +29,7 @@ from PIL import Image
 
 from vlmdata.decode.failures import failure_reason
 from vlmdata.decode.policy import ImagePolicy
+from vlmdata.decode.probe import open_image
 from vlmdata.errors import Skip
 from vlmdata.orientation import displayed_size, effective_orientation, read_orientation
 
@@ -69,7 +71,7 @@ class PillowDecoder:
         return None
 
     def _decode(self, data, width: int, height: int) -> np.ndarray | None:
-        with Image.open(io.BytesIO(data)) as img:
+        with open_image(data) as img:
             if img.width * img.height > self.max_pixels:
                 self._errors[Skip.IMAGE_TOO_LARGE] += 1
                 return None

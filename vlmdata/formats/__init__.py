@@ -4,6 +4,7 @@ from vlmdata._lazy import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "Member": "dali_idx", "format_index": "dali_idx", "parse_index": "dali_idx", "split_name": "dali_idx",
     "MemberCheck": "index_checks", "check_index_file": "index_checks", "memmap_bad_rows": "index_checks",
+    "owner_tag": "index_checks",
     "Manifest": "manifest", "PLANNING_NAME": "manifest", "ShardInfo": "manifest",
     "MAGIC": "memmap", "MemmapPartWriter": "memmap", "MemmapShard": "memmap", "TRAILER": "memmap",
     "PLANNING_COLUMNS": "planning", "PlanningColumns": "planning", "PlanningWriter": "planning",

@@ -13,7 +13,8 @@ Three checks, from the cheapest up:
   (`IndexMismatchError`): that sample is skipped and counted, never delivered.
 - `memmap_bad_rows`, once per memmap shard (vectorised): every row's token range, meta range and image
   rows lie inside the shard's arrays (a negative or too large image row would silently read another
-  image).
+  image). Inside the arrays, each image row carries its owner's `owner_tag` (formats/memmap.py), the
+  memmap counterpart of a tar member's name, checked as each sample is read.
 
 Names longer than the header's 100-byte name field, as other tools write them (a ustar prefix, a GNU
 long name or a pax `path` record before the header), are read the way `tar_scan` reads them; the
@@ -22,11 +23,13 @@ The common case costs two slices and two comparisons per member.
 """
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from vlmdata.errors import BadIndexError, IndexMismatchError
 
-__all__ = ["MemberCheck", "check_index_file", "memmap_bad_rows"]
+__all__ = ["MemberCheck", "check_index_file", "memmap_bad_rows", "owner_tag"]
 
 BLOCK = 512
 _LONG_NAME_TYPES = (b"L", b"x")            # GNU long name, pax extended header
@@ -181,6 +184,11 @@ class MemberCheck:
         if got_size is not None and got_size != size:
             return f"member {full.decode('utf-8', 'replace')!r} of {got_size} bytes, not {size}"
         return None
+
+
+def owner_tag(key: bytes, j: int) -> int:
+    """The 64-bit tag of image j of the sample `key` (UTF-8): what a memmap image row says it is."""
+    return int.from_bytes(hashlib.blake2b(key + b"\0" + str(j).encode(), digest_size=8).digest(), "little")
 
 
 def memmap_bad_rows(index, n_images: int, n_tokens: int, meta_bytes: int) -> np.ndarray | None:

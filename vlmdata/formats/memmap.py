@@ -6,6 +6,7 @@ One file `shard-JJJJJJ-PP.mm` holds, in order (each section 64-byte aligned):
     ids      int32  (n_tokens,)           token ids of all samples, concatenated
     loss     uint8  (n_tokens,)           loss flags, same layout
     meta     bytes                        each sample's source record (UTF-8 JSON), concatenated
+    owners   uint64 (n_images,)           per image row, the tag of the sample image it is (key, j)
     footer   UTF-8 JSON with the section offsets, then 16 bytes: b"VLMMMAP1" + footer length (u64 LE)
 
 The shard's SampleIndex (`.index.npz`) locates each sample: `tok_offset` /
@@ -14,6 +15,14 @@ image in the image array, `meta_offset` / `meta_size` its bytes inside the
 meta section; `width` / `height` stay the original image sizes. A footer
 (not a header) lets the file be written in one pass with a running CRC32,
 which ShardInfo records for the whole file, like for tar shards.
+
+Owners (footer version 2): the tar path catches an index whose offsets point at another sample's
+image by the member's name; a memmap image row has no name, so the shard stores one for it:
+`owner_tag(key, j)` (8 bytes of BLAKE2b of the key and the image's place in its sample), checked
+for every image a sample reads (one hash and one comparison per image: `read_sample`). Swapped or
+shifted image rows in an index cost the samples concerned (IndexMismatchError, counted), never
+deliver another sample's pixels. Shards written before (version 1, no owners) stay readable,
+unverified beyond `memmap_bad_rows`'s bounds (`MemmapShard.verified` is False).
 """
 from __future__ import annotations
 
@@ -25,7 +34,7 @@ import numpy as np
 
 from vlmdata import fsutil
 from vlmdata.errors import IndexMismatchError
-from vlmdata.formats.index_checks import memmap_bad_rows
+from vlmdata.formats.index_checks import memmap_bad_rows, owner_tag
 from vlmdata.formats.manifest import ShardInfo
 from vlmdata.formats.sample import SampleRecord
 from vlmdata.formats.sample_index import IndexBuilder, SampleIndex
@@ -57,6 +66,7 @@ class MemmapPartWriter:
         self._ids: list[np.ndarray] = []
         self._loss: list[np.ndarray] = []
         self._meta: list[bytes] = []
+        self._owners: list[int] = []
         self._n_tokens = 0
         self._meta_bytes = 0
         self._builder = IndexBuilder()
@@ -85,10 +95,11 @@ class MemmapPartWriter:
         """Add a sample: tokens (2, T) int32, images (S, S, 3) uint8, original (w, h) per image."""
         s = self.image_size
         rows = []
-        for im, (w, h) in zip(images, sizes):
+        for j, (im, (w, h)) in enumerate(zip(images, sizes)):
             if im.shape != (s, s, 3) or im.dtype != np.uint8:
                 raise ValueError(f"memmap image must be ({s}, {s}, 3) uint8, got {im.shape} {im.dtype}")
             self._write(np.ascontiguousarray(im).data)
+            self._owners.append(owner_tag(key.encode("utf-8"), j))
             rows.append((self._n_images, s * s * 3, w, h))
             self._n_images += 1
         meta_bytes = json.dumps(meta, ensure_ascii=False).encode("utf-8")
@@ -117,7 +128,10 @@ class MemmapPartWriter:
         sections["meta"] = self._size
         for b in self._meta:
             self._write(b)
-        footer = json.dumps({"version": 1, "image_size": self.image_size, "n_images": self._n_images,
+        self._pad()
+        sections["owners"] = self._size
+        self._write(np.asarray(self._owners, dtype="<u8").data)
+        footer = json.dumps({"version": 2, "image_size": self.image_size, "n_images": self._n_images,
                              "n_tokens": self._n_tokens, "meta_bytes": self._meta_bytes,
                              "offsets": sections}, sort_keys=True).encode()
         self._write(footer)
@@ -172,6 +186,8 @@ class MemmapShard:
         self.ids = buf[off["ids"]:off["ids"] + 4 * t].view(np.int32)
         self.loss = buf[off["loss"]:off["loss"] + t]
         self.meta = buf[off["meta"]:off["meta"] + footer["meta_bytes"]]
+        self.owners = buf[off["owners"]:off["owners"] + 8 * m].view("<u8") if "owners" in off else None
+        self.verified = self.owners is not None
         self.bad_rows = memmap_bad_rows(index, len(self.images), len(self.ids), len(self.meta))
 
     def __len__(self) -> int:
@@ -185,11 +201,18 @@ class MemmapShard:
         tokens = np.empty((2, n), np.int32)
         tokens[0], tokens[1] = self.ids[start:start + n], self.loss[start:start + n]
         sl = ix.image_slice(i)
-        images = [self.images[int(r)] for r in ix.img_offset[sl]]
+        rows = ix.img_offset[sl].tolist()
+        key = bytes(ix.key[i])
+        if self.owners is not None:
+            for j, r in enumerate(rows):
+                if int(self.owners[r]) != owner_tag(key, j):
+                    raise IndexMismatchError(f"index row {i}: image {j} points at image row {r}, which belongs "
+                                             "to another sample")
+        images = [self.images[r] for r in rows]
         sizes = list(zip(ix.width[sl].tolist(), ix.height[sl].tolist()))
         meta = None
         if with_meta:
             mo = int(ix.meta_offset[i])
             meta = memoryview(self.meta[mo:mo + int(ix.meta_size[i])])
-        return SampleRecord(key=ix.key[i].decode("utf-8"), tokens=tokens, images=images, sizes=sizes,
+        return SampleRecord(key=key.decode("utf-8"), tokens=tokens, images=images, sizes=sizes,
                             meta_view=meta)

@@ -122,6 +122,13 @@ class SampleRecord:
     def meta(self) -> dict | None:
         return None if self.meta_view is None else json.loads(bytes(self.meta_view))
 
+    def detached(self) -> SampleRecord:
+        """A copy holding its own bytes: nothing in it is a view of the shard buffer it was read from."""
+        images = [np.array(im) if isinstance(im, np.ndarray) else bytes(im) for im in self.images]
+        meta = None if self.meta_view is None else memoryview(bytes(self.meta_view))
+        return SampleRecord(key=self.key, tokens=np.array(self.tokens), images=images, sizes=list(self.sizes),
+                            meta_view=meta)
+
 
 TextDecoder = Callable[[memoryview, int], np.ndarray]  # (text member, n_images) -> (2, T)
 

@@ -6,7 +6,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "AccessPolicy": "access", "DEFAULT_MAX_IMAGE_BYTES": "access", "read_ref": "access", "resolve_ref": "access",
     "iter_csv_rows": "csv_rows",
     "ImageOptions": "images", "check_image": "images", "decode_resized": "images", "header_size": "images",
-    "prepare_image": "images", "sniff": "images", "verify_decodes": "images",
+    "VERIFY_MODES": "images", "prepare_image": "images", "sniff": "images", "verify_decodes": "images",
     "IndexConfig": "index_foreign", "index_dataset": "index_foreign",
     "inspect_dataset": "inspection",
     "BUDGETS": "lengths", "LengthReport": "lengths", "dataset_policy": "lengths", "length_report": "lengths",

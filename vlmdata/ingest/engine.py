@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 
 from vlmdata.ingest.job import JobOptions, JobSpec, run_job
+from vlmdata.sysinfo import die_with_parent
 
 ENGINES = ("local", "ray")
 POLL_SECONDS = 0.1
@@ -52,6 +53,7 @@ class _WorkerChannel:
 
 
 def _init_worker(progress_queue, interval: float) -> None:
+    die_with_parent()
     _WorkerChannel.queue = progress_queue
     _WorkerChannel.interval = interval
 

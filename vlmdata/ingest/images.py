@@ -1,10 +1,24 @@
-"""Image validation from bytes: type sniffing, header sizes, truncation, and optional re-encode.
+"""The shard gate for images: a file is kept exactly when the loader's decoders decode it.
 
-Sizes come from the file header (JPEG SOF, PNG IHDR, GIF/WebP/BMP headers),
-never from a decode. Truncation is caught by cheap end-of-stream checks:
-a JPEG must end with its EOI marker (FFD9; entropy-coded data never
-contains FFD9 because of byte stuffing), a PNG with its IEND chunk, a GIF
-with its trailer, WebP/BMP must be as long as their header says.
+`check_image(data, max_pixels, verify)` decides, by `verify` (`vlmdata shard --verify`):
+
+- "decode" (the default): `vlmdata.decode.probe.probe_decode`, the loader's
+  own Pillow call with its formats and its `LOAD_TRUNCATED_IMAGES`, at 1/8
+  scale for JPEG (see that module). Every format Pillow opens but EPS is kept
+  when it decodes (PPM/PGM/PBM, ICO, BMP, GIF, TIFF, WebP, JPEG 2000, ...); a
+  truncated scan, a garbage body and a format the loader does not decode are
+  counted skips. Sizes are Pillow's, i.e. what the loader will see.
+- "strict": the same, and a JPEG must also decode through TurboJPEG with every
+  libjpeg warning an error (refuses files Pillow decodes with warnings, e.g.
+  a body of noise that happens to parse).
+- "none": header checks only (signature, a size, the pixel limit), sizes read
+  from the header without Pillow where the format is simple (JPEG SOF, PNG
+  IHDR, GIF/WebP/BMP headers); a file that does not decode is left for the
+  loader to count as corrupt_image.
+
+There is no end-marker check any more: a JPEG with data after its EOI or a
+short APP segment decodes, and whether a missing EOI matters is libjpeg's
+call, as it is at load time.
 
 EXIF orientation: recorded (width, height) are the *displayed* dimensions
 (EXIF orientation applied: swapped for orientations 5-8, read by
@@ -16,10 +30,6 @@ Images kept as original bytes keep their EXIF; a re-encoded image
 (`--resize-max-side`, `--quality`) and a memmap image are the displayed
 pixels resized, and a re-encoded JPEG carries no orientation tag.
 
-Full decode: the cheap checks above let through a file with a valid header
-and a garbage body (it decodes to noise). `verify_decodes` (`vlmdata shard
---verify decode`) decodes every image completely and strictly: JPEG through
-TurboJPEG with every libjpeg warning an error, other formats through Pillow.
 Every exception a decode raises (Pillow raises many types on bad files) is a
 counted `ImageProblem`, never the end of the run; its detail never quotes the
 file's bytes (`scrub`).
@@ -27,11 +37,11 @@ file's bytes (`scrub`).
 from __future__ import annotations
 
 import io
-import re
 import struct
 import warnings
 from dataclasses import dataclass
 
+from vlmdata.decode.probe import open_image, probe_decode, scrub
 from vlmdata.errors import ImageProblem, Skip
 from vlmdata.formats.sample import EncodedImage
 from vlmdata.orientation import displayed_size, read_orientation
@@ -41,6 +51,9 @@ MAX_IMAGES_PER_SAMPLE = 32_767   # the sample index stores a sample's image coun
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 _NO_LENGTH = {0x01, 0xD0, 0xD1, 0xD2, 0xD3, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8}
 EXIF_ORIENTATION = 0x0112
+VERIFY_MODES = ("decode", "strict", "none")   # the first is the default (see the module docstring)
+_KINDS = {"JPEG": "jpg", "MPO": "jpg", "PNG": "png", "GIF": "gif", "WEBP": "webp", "BMP": "bmp", "TIFF": "tiff",
+          "JPEG2000": "jp2"}   # Pillow format -> the extension a kept image is written with (else format.lower())
 
 
 def sniff(data: bytes) -> str | None:
@@ -122,31 +135,20 @@ def _webp_size(head: bytes) -> tuple[int, int] | None:
     return None
 
 
-def _pil_size(data) -> tuple[int, int] | None:
-    from PIL import Image
-
+def _pil_header(data) -> tuple[str, tuple[int, int]] | None:
+    """(Pillow format, size) from a lazy open with the loader's formats; None if it does not open."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with Image.open(io.BytesIO(bytes(data))) as im:
-                return im.size
+            with open_image(bytes(data)) as im:
+                return im.format, im.size
     except Exception:   # any exception from a header parser means "no size": skipped as bad_image_header
         return None
 
 
-def is_complete(kind: str, data: bytes) -> bool:
-    """Cheap end-of-stream check (see module docstring)."""
-    if kind == "jpg":
-        return data.rfind(b"\xff\xd9", max(0, len(data) - 4096)) >= 0
-    if kind == "png":
-        return data.rfind(b"IEND", max(0, len(data) - 64)) >= 0
-    if kind == "gif":
-        return data.rstrip(b"\x00").endswith(b";")
-    if kind == "webp":
-        return struct.unpack("<I", data[4:8])[0] + 8 <= len(data)
-    if kind == "bmp":
-        return struct.unpack("<I", data[2:6])[0] <= len(data)
-    return True
+def _pil_size(data) -> tuple[int, int] | None:
+    header = _pil_header(data)
+    return None if header is None else header[1]
 
 
 @dataclass(frozen=True)
@@ -156,67 +158,70 @@ class ImageOptions:
     max_pixels: int = DEFAULT_MAX_PIXELS
     resize_max_side: int | None = None
     quality: int | None = None
+    verify: str = VERIFY_MODES[0]
 
 
-def check_image(data: bytes, max_pixels: int) -> tuple[str, int, int]:
-    """Validate encoded bytes; returns (kind, width, height) or raises ImageProblem.
+def check_image(data: bytes, max_pixels: int, verify: str = VERIFY_MODES[0]) -> tuple[str, int, int]:
+    """Validate encoded bytes as `verify` says; returns (kind, width, height) or raises ImageProblem.
 
     (width, height) are the displayed dimensions, EXIF orientation applied
     (what the decoders return, see the module docstring).
     """
     if not data:
         raise ImageProblem(Skip.EMPTY_FILE, "zero-byte file")
-    kind = sniff(data)
-    if kind is None:   # the detail never quotes the bytes: they may be a file the row should not have named
-        raise ImageProblem(Skip.NOT_AN_IMAGE, "no JPEG, PNG, GIF, WebP, BMP, TIFF or JPEG 2000 signature")
-    size = header_size(kind, data)
-    if size is None or size[0] <= 0 or size[1] <= 0:
-        raise ImageProblem(Skip.BAD_IMAGE_HEADER, f"{kind} header gives no size")
+    if verify == "none":
+        kind, size = _header_only(data)
+    else:
+        try:
+            fmt, size = probe_decode(data, max_pixels)
+        except ImageProblem as exc:   # a known signature Pillow cannot open: its header is broken
+            if exc.reason == Skip.NOT_AN_IMAGE and sniff(data) is not None:
+                raise ImageProblem(Skip.BAD_IMAGE_HEADER, f"{sniff(data)} header cannot be read") from None
+            raise
+        kind = _KINDS.get(fmt, fmt.lower())
+        if verify == "strict" and kind == "jpg":
+            _strict_jpeg(data)
     if size[0] * size[1] > max_pixels:
         raise ImageProblem(Skip.DECOMPRESSION_BOMB, f"{size[0]}x{size[1]} pixels > limit {max_pixels}")
-    if not is_complete(kind, data):
-        raise ImageProblem(Skip.TRUNCATED_IMAGE, f"{kind} of {len(data)} bytes has no end marker")
     if kind == "tiff":   # Pillow reports a TIFF's displayed size (it turns TIFFs itself when loading)
         return kind, size[0], size[1]
     w, h = displayed_size(size[0], size[1], read_orientation(data))
     return kind, w, h
 
 
+def _header_only(data: bytes) -> tuple[str, tuple[int, int]]:
+    """(kind, stored size) from the header alone (`--verify none`)."""
+    kind = sniff(data)
+    size = header_size(kind, data) if kind is not None else None
+    if size is None:
+        header = _pil_header(data)
+        if header is None:
+            if kind is None:   # the detail never quotes the bytes: they may be a file the row should not have named
+                raise ImageProblem(Skip.NOT_AN_IMAGE, "no image format the loader decodes identifies the bytes")
+            raise ImageProblem(Skip.BAD_IMAGE_HEADER, f"{kind} header gives no size")
+        kind, size = kind or _KINDS.get(header[0], header[0].lower()), header[1]
+    if size[0] <= 0 or size[1] <= 0:
+        raise ImageProblem(Skip.BAD_IMAGE_HEADER, f"{kind} header gives size {size[0]}x{size[1]}")
+    return kind, size
+
+
 def verify_decodes(data: bytes, max_pixels: int) -> None:
-    """Decode the whole image strictly (`--verify decode`); ImageProblem if it does not decode cleanly."""
-    kind, w, h = check_image(data, max_pixels)
-    if kind == "jpg" and _strict_jpeg(data):
-        return
-    from PIL import Image
-
-    with _decoding():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with Image.open(io.BytesIO(data)) as im:
-                im.load()
+    """The strictest check (`--verify strict`): ImageProblem unless the image decodes cleanly."""
+    check_image(data, max_pixels, "strict")
 
 
-def _strict_jpeg(data: bytes) -> bool:
-    """True when TurboJPEG decoded every scan with no warning; ImageProblem when it failed; False: no TurboJPEG."""
+def _strict_jpeg(data: bytes) -> None:
+    """ImageProblem unless TurboJPEG decodes every scan with no warning (nothing to do without simplejpeg)."""
     try:
         import simplejpeg
     except ImportError:
-        return False
+        return
     try:
         _, _, colorspace, _ = simplejpeg.decode_jpeg_header(data)
         space = "CMYK" if colorspace in ("CMYK", "YCCK") else "GRAY" if colorspace == "Gray" else "RGB"
         simplejpeg.decode_jpeg(data, colorspace=space, strict=True)
     except Exception as exc:   # libjpeg errors and warnings ("Corrupt JPEG data: ...") are ValueErrors
         raise ImageProblem(Skip.UNDECODABLE_IMAGE, f"jpg does not decode: {scrub(str(exc))}") from None
-    return True
-
-
-_BYTES_LITERAL = re.compile(r"""b(['"]).*?(?<!\\)\1""")
-
-
-def scrub(message: str) -> str:
-    """A decoder's error message without quoted bytes of the file (e.g. Pillow's "broken PNG file (chunk b'..')")."""
-    return _BYTES_LITERAL.sub("b'...'", message)[:200]
 
 
 class _decoding:
@@ -237,7 +242,7 @@ class _decoding:
 
 def prepare_image(data: bytes, opts: ImageOptions) -> EncodedImage:
     """Validate, then keep the original bytes or re-encode as asked."""
-    kind, w, h = check_image(data, opts.max_pixels)
+    kind, w, h = check_image(data, opts.max_pixels, opts.verify)
     needs_resize = opts.resize_max_side is not None and max(w, h) > opts.resize_max_side
     if not needs_resize and opts.quality is None:
         return EncodedImage(data=data, ext=kind, width=w, height=h)
@@ -258,12 +263,10 @@ def decode_resized(data: bytes, target: tuple[int, int], resample: str = "bicubi
     Displayed pixels: EXIF orientation is applied (see the module docstring).
     Any decode failure is an ImageProblem (undecodable_image, decompression_bomb).
     """
-    from PIL import Image
-
     with _decoding():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return _resized(Image.open(io.BytesIO(data)), target, resample)
+            return _resized(open_image(data), target, resample)
 
 
 _TRANSPOSE = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE", 6: "ROTATE_270",
@@ -294,12 +297,10 @@ def reencode_jpeg(data: bytes, target: tuple[int, int], quality: int) -> tuple[b
     The pixels are stored as displayed (EXIF orientation applied), so the output carries no
     orientation tag. Any decode failure is an ImageProblem.
     """
-    from PIL import Image
-
     with _decoding():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            im = _resized(Image.open(io.BytesIO(data)), target, "area")
+            im = _resized(open_image(data), target, "area")
         buf = io.BytesIO()
         im.save(buf, format="JPEG", quality=quality)
     return buf.getvalue(), im.size

@@ -33,7 +33,6 @@ from vlmdata.ingest.images import (
     check_image,
     decode_resized,
     prepare_image,
-    verify_decodes,
 )
 from vlmdata.ingest.readers import InputSource, Row
 from vlmdata.ingest.records import ColumnSpec, check_text, normalize
@@ -42,7 +41,6 @@ from vlmdata.text.encoder import load_text_encoder
 
 log = logging.getLogger(__name__)
 JOBS_DIR = "_jobs"
-VERIFY_MODES = ("header", "decode")   # header checks always; "decode": also a full decode of every image
 
 
 def merge_skips(results: list[dict], tag: str | None = None) -> tuple[dict[str, int], dict[str, dict]]:
@@ -84,7 +82,6 @@ class JobOptions:
     storage_options: dict = field(default_factory=dict)
     fsync: bool = True                       # fsync each file before its rename (power-loss safe)
     access: AccessPolicy = AccessPolicy()    # what rows may read, and the read bounds
-    verify: str = "header"                   # "decode": fully decode every image (--verify decode)
 
 
 @dataclass
@@ -158,10 +155,9 @@ class _Sampler:
         images, sizes = [], []
         for ref in sample.images:
             data = read_ref(ref, root, opts.access, opts.storage_options)
-            if opts.verify == "decode":
-                verify_decodes(data, opts.images.max_pixels)
-            if opts.format == "memmap":
-                _, w, h = check_image(data, opts.images.max_pixels)
+            if opts.format == "memmap":   # decoded whole below: the header checks suffice ("strict" adds its own)
+                verify = "strict" if opts.images.verify == "strict" else "none"
+                _, w, h = check_image(data, opts.images.max_pixels, verify)
                 s = opts.image_size
                 images.append(np.asarray(decode_resized(data, (s, s))))
             else:

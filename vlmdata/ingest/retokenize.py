@@ -12,6 +12,9 @@ counts every byte read.
 
 A sample the new tokenizer cannot encode (a template error, an image-count
 mismatch) gets no tokens in the view and is counted by reason; the loader skips it.
+So does a sample whose stored text is larger than `max_text_bytes` (text_too_large;
+never read: a 20 MB caption made the tokenizer take ~5 GB). The worker processes
+die with the command, even when it is killed with SIGKILL (`sysinfo.die_with_parent`).
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from vlmdata.ingest.job import merge_skips
 from vlmdata.ingest.records import ColumnSpec, normalize
 from vlmdata.ingest.shard import view_name
 from vlmdata.ingest.skips import SkipSummary, check_skip_fraction, check_skips
+from vlmdata.sysinfo import die_with_parent
 from vlmdata.text.chat_template import TemplateError
 from vlmdata.text.conversation import Conversation, messages_from_turns
 from vlmdata.text.encoder import load_text_encoder
@@ -45,6 +49,7 @@ __all__ = ["RangeReader", "RetokenizeConfig", "RetokenizeResult", "retokenize_da
 
 log = logging.getLogger(__name__)
 _TRAILER = struct.Struct("<8sQ")
+DEFAULT_MAX_TEXT_BYTES = 1 << 20   # a stored record this large is ~250k tokens: longer than any pack
 
 
 @dataclass
@@ -62,6 +67,7 @@ class RetokenizeConfig:
     storage_options: dict = field(default_factory=dict)
     fsync: bool = True
     max_skip_fraction: float = 1.0   # TooManySkipsError above it, after the view is added (1: never)
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES   # larger stored texts are skipped (text_too_large), not read
 
 
 @dataclass
@@ -117,6 +123,10 @@ class _Task:
     columns: ColumnSpec
     storage_options: dict
     fsync: bool
+    max_text_bytes: int
+
+
+_TOO_LARGE = object()    # the text of a sample over the limit (not read)
 
 
 def _memmap_meta_base(reader: RangeReader, size: int) -> int:
@@ -127,8 +137,9 @@ def _memmap_meta_base(reader: RangeReader, size: int) -> int:
     return int(footer["sections"]["meta"])
 
 
-def _texts(task: _Task, ix: SampleIndex, reader: RangeReader) -> list[bytes | None]:
-    """The text member of every sample (source record, or caption for shards indexed in place)."""
+def _texts(task: _Task, ix: SampleIndex, reader: RangeReader) -> list:
+    """The text member of every sample (source record, or caption for shards indexed in place); None when
+    it has none, `_TOO_LARGE` (unread) when it is larger than the task's limit."""
     own = task.layout.get("text", "tok.npy") == "tok.npy"
     if own:
         offsets, sizes = ix.meta_offset.astype(np.int64), ix.meta_size.astype(np.int64)
@@ -137,11 +148,16 @@ def _texts(task: _Task, ix: SampleIndex, reader: RangeReader) -> list[bytes | No
     else:
         offsets, sizes = ix.tok_offset.astype(np.int64), ix.tok_size.astype(np.int64)
     have = offsets >= 0
-    got = iter(reader.read(offsets[have].tolist(), (offsets + sizes)[have].tolist()))
-    return [next(got) if h else None for h in have.tolist()]
+    large = have & (sizes > task.max_text_bytes)
+    want = have & ~large
+    got = iter(reader.read(offsets[want].tolist(), (offsets + sizes)[want].tolist()))
+    return [_TOO_LARGE if big else next(got) if w else None for w, big in zip(want.tolist(), large.tolist())]
 
 
-def _conversation(task: _Task, raw: bytes | None, key: str, n_images: int) -> Conversation:
+def _conversation(task: _Task, raw, key: str, n_images: int) -> Conversation:
+    if raw is _TOO_LARGE:
+        raise RowProblem(Skip.TEXT_TOO_LARGE, f"stored text over the {task.max_text_bytes}-byte limit "
+                                              "(--max-text-bytes)")
     if raw is None:
         raise RowProblem(Skip.MISSING_TEXT, "the sample has no stored text member")
     if task.layout.get("text", "tok.npy") != "tok.npy":   # a caption member of a shard indexed in place
@@ -223,7 +239,7 @@ def retokenize_dataset(cfg: RetokenizeConfig, progress: Callable[[int], None] | 
     columns = ColumnSpec(**{k: v for k, v in (manifest.stats.get("columns") or {}).items()
                             if k in ("image", "text", "id")})
     tasks = [_Task(cfg.dataset, s.__dict__, manifest.kind, manifest.layout, name, cfg.tokenizer, cfg.train_on,
-                   cfg.family, columns, so, cfg.fsync) for s in manifest.shards]
+                   cfg.family, columns, so, cfg.fsync, cfg.max_text_bytes) for s in manifest.shards]
     workers = (os.cpu_count() or 1) if cfg.workers is None else cfg.workers
     results = []
     if workers <= 0 or len(tasks) <= 1:
@@ -232,7 +248,7 @@ def retokenize_dataset(cfg: RetokenizeConfig, progress: Callable[[int], None] | 
             if progress:
                 progress(results[-1]["samples"])
     else:
-        with ProcessPoolExecutor(min(workers, len(tasks))) as pool:
+        with ProcessPoolExecutor(min(workers, len(tasks)), initializer=die_with_parent) as pool:
             for r in pool.map(_run_shard, tasks):
                 results.append(r)
                 if progress:

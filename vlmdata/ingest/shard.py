@@ -33,10 +33,9 @@ from vlmdata.formats.sample import safe_key
 from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_REMOTE_TIMEOUT, AccessPolicy
 from vlmdata.ingest.engine import ENGINES, run_jobs
 from vlmdata.ingest.finalize import write_dataset_tables
-from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, ImageOptions
+from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, VERIFY_MODES, ImageOptions
 from vlmdata.ingest.job import (
     JOBS_DIR,
-    VERIFY_MODES,
     JobOptions,
     JobSpec,
     JobStats,
@@ -53,6 +52,9 @@ from vlmdata.text.encoder import load_text_encoder
 from vlmdata.text.model_folder import is_model_folder
 
 log = logging.getLogger(__name__)
+# the --verify of a run started before the gate followed the decoders, as today's mode: "header" checked headers
+# and end markers ("none" comes closest), "decode" was the strict full decode
+LEGACY_VERIFY = {"header": "none", "decode": "strict"}
 FORMATS = ("wds", "memmap")
 
 
@@ -85,7 +87,7 @@ class ShardConfig:
     allow_hosts: tuple[str, ...] = ()            # with allow_remote: only these hosts / buckets
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
     remote_timeout: float = DEFAULT_REMOTE_TIMEOUT
-    verify: str = "header"                       # "decode": fully decode every image (--verify decode)
+    verify: str = VERIFY_MODES[0]                # the shard gate's image check (ingest.images: decode/strict/none)
     dedup_against: list[str] = field(default_factory=list)   # datasets whose keys are skipped as duplicates
     max_skip_fraction: float = 1.0               # TooManySkipsError above it, after writing (1: never)
 
@@ -154,7 +156,7 @@ def _settings(cfg: ShardConfig, sources: list[InputSource], tokenizer: dict) -> 
                 "max_samples_per_shard": cfg.max_samples_per_shard, "max_shard_bytes": cfg.max_shard_bytes,
                 "tokenizer": tokenizer, "resize_max_side": cfg.resize_max_side, "quality": cfg.quality,
                 "max_image_pixels": cfg.max_image_pixels, "columns": asdict(cfg.columns), "train_on": cfg.train_on,
-                "access": asdict(cfg.access()), "verify": cfg.verify}
+                "access": asdict(cfg.access()), "image_check": cfg.verify}
     if cfg.dedup_against:
         settings["dedup_against"] = list(cfg.dedup_against)
     return settings
@@ -187,8 +189,9 @@ def _prepare_output(cfg: ShardConfig, fingerprint: dict) -> None:
     if has_dataset and fsutil.exists(config_url, so):
         old = json.loads(fsutil.read_bytes(config_url, so))
         # runs started before these settings existed used their defaults
-        old = {"access": json.loads(json.dumps(asdict(AccessPolicy()))), "verify": "header", "train_on": "assistant",
-               **old}
+        old = {"access": json.loads(json.dumps(asdict(AccessPolicy()))), "train_on": "assistant", **old}
+        if "image_check" not in old:   # stored as "verify" before the gate followed the decoders
+            old["image_check"] = LEGACY_VERIFY.get(old.pop("verify", "header"), "?")
         fingerprint = json.loads(json.dumps(fingerprint))    # compared as stored (tuples are lists in JSON)
         if old != fingerprint:
             changed = sorted(k for k in fingerprint if old.get(k) != fingerprint[k])
@@ -410,10 +413,9 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
     workers = (os.cpu_count() or 1) if cfg.workers is None else cfg.workers
     opts = JobOptions(output=cfg.output, sources=tuple(sources), format=cfg.format, image_size=cfg.image_size,
                       max_shard_bytes=cfg.max_shard_bytes,
-                      images=ImageOptions(cfg.max_image_pixels, cfg.resize_max_side, cfg.quality),
+                      images=ImageOptions(cfg.max_image_pixels, cfg.resize_max_side, cfg.quality, cfg.verify),
                       tokenizer=cfg.tokenizer, columns=cfg.columns, storage_options=cfg.storage_options,
-                      fsync=cfg.fsync, train_on=cfg.train_on, family=cfg.family, access=cfg.access(),
-                      verify=cfg.verify)
+                      fsync=cfg.fsync, train_on=cfg.train_on, family=cfg.family, access=cfg.access())
     results: list[dict] = []
     resumed = []
     tracker = _Progress(progress)

@@ -36,6 +36,7 @@ from vlmdata.errors import (
     CorruptShardError,
     FetchError,
     IndexMismatchError,
+    ShardChangedError,
     ShardReadError,
     Skip,
 )
@@ -505,6 +506,9 @@ class VLMDataset(IterableDataset):
             except IndexMismatchError as exc:
                 log.warning("skipping sample %d: %s", gid, exc)
                 stats.skipped[Skip.INDEX_MISMATCH] += 1
+            except ShardChangedError as exc:
+                log.warning("skipping sample %d: %s", gid, exc)
+                stats.skipped[Skip.SHARD_CHANGED] += 1
             except (ValueError, OSError, KeyError, IndexError) as exc:
                 log.warning("skipping sample %d: %s", gid, exc)
                 stats.skipped[Skip.BAD_SAMPLE] += 1

@@ -15,7 +15,11 @@ returned by a `ShardFetcher`, into a `read(i) -> SampleRecord` function.
 Every index is checked against the shard it describes (`formats.index_checks`): an index file that
 cannot be parsed or names another shard raises BadIndexError (the shard is skipped and counted), and
 each tar sample's members are checked against the row's key before it is read (IndexMismatchError:
-that sample is skipped and counted). `verify=False` turns the checks off (to measure their cost, or for
+that sample is skipped and counted). A local shard is memory-mapped (`cache.MappedShard`): each sample
+is copied out of the map and then the file's identity (inode, size, mtime, ctime) is compared with the
+one at open, so a shard rewritten in place after it was opened costs the samples read from it afterwards
+(ShardChangedError, counted as shard_changed) and never delivers bytes of the new contents under the old
+index. `verify=False` turns the checks off (to measure their cost, or for
 a dataset whose member names another tool wrote in a way the check does not understand).
 
 Why a window ahead in each worker, not all indices up front in the main process:
@@ -42,7 +46,8 @@ import numpy as np
 
 from vlmdata import fsutil
 from vlmdata.cache.fetch import ShardRef
-from vlmdata.errors import BadIndexError, FetchError, ShardReadError
+from vlmdata.cache.local_shards import MappedShard
+from vlmdata.errors import BadIndexError, FetchError, ShardChangedError, ShardReadError
 from vlmdata.formats.index_checks import MemberCheck, check_index_file
 from vlmdata.formats.manifest import PLANNING_NAME, Manifest
 from vlmdata.formats.planning import PlanningColumns
@@ -176,6 +181,20 @@ class Source:
 
     def reader(self, s: int, data) -> Callable[[int], SampleRecord]:
         """A function reading sample i of shard s from the shard's whole bytes."""
+        read = self._reader(s, data)
+        if not isinstance(data, MappedShard):
+            return read
+        name = self.manifest.shards[s].name
+
+        def read_unchanged(i: int) -> SampleRecord:
+            rec = read(i).detached()            # own bytes first, then: were they the checked ones?
+            if data.changed():
+                raise ShardChangedError(f"shard {name} was rewritten in place after it was opened")
+            return rec
+
+        return read_unchanged
+
+    def _reader(self, s: int, data) -> Callable[[int], SampleRecord]:
         ix = self.index(s)
         if self.kind == "memmap":
             from vlmdata.formats.memmap import MemmapShard
