@@ -156,7 +156,7 @@ class VLMDataset(IterableDataset):
         vision tower runs varlen), 16 images for a fixed-size one (LLaVA) and vlmdata's own layouts.
     `len(ds)`: the packs this rank yields in a whole pass of the selected epoch (PyTorch's convention:
         the epoch's total, whatever the resume point; `num_steps()` counts those left). Exact: it plans
-        every window of the epoch once (about 0.12 CPU-s per 40,000 samples; docs/dataloader.md), cached
+        every window of the epoch once (0.05-0.12 CPU-s per 40,000 samples; docs/dataloader.md), cached
         per epoch and shared with the workers through the plan share. `estimated_len()` plans only a few.
     """
 
