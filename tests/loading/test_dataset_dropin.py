@@ -157,3 +157,17 @@ def test_patch_budget_drops_and_counts_samples_over_it():
     n_img = corpus.gather(np.arange(400))[0]["n_images"]
     assert plan.dropped[Skip.TOO_MANY_IMAGES] == int((n_img > 8).sum()) > 0
     assert len(plan.samples) + plan.dropped[Skip.TOO_MANY_IMAGES] == 400
+
+
+def test_a_qwen2_vl_dataset_defaults_to_a_patch_budget(tmp_path):
+    from tests.helpers.models import QWEN_TEST_PIXELS, qwen_folder_or_skip, write_reference_rows
+    from vlmdata import ShardConfig, shard_dataset
+
+    folder = qwen_folder_or_skip(**QWEN_TEST_PIXELS)
+    rows, expected = write_reference_rows(tmp_path / "raw")
+    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=str(folder), workers=0))
+    ds = VLMDataset(str(tmp_path / "ds"), max_tokens=1024, rank=0, world_size=1)
+    assert ds.model_family.name == "qwen2_vl" and isinstance(ds.policy, DynamicPolicy)
+    assert (ds.plan_options.max_images, ds.plan_options.max_patches) == (None, 1024 * 4)
+    keys = [k for b in DataLoader(ds, batch_size=None) for k in b["sample_keys"]]
+    assert sorted(keys) == sorted(f"conv{i}" for i in range(len(expected))) and len(ds) == ds.planner().total()
