@@ -13,7 +13,8 @@ at evenly spaced positions). Compared on the same clips, in rotated order over `
 - `decode-all, convert picked`: PyAV used the straightforward way: decode every frame, convert
   only the picked ones;
 - `vlmdata`: `vlmdata.video.decode_frames` with the clip's probed metadata (stored at shard time;
-  the probe's own cost is reported on its own line).
+  the probe's own cost is reported on its own line);
+- `decord get_batch` (when decord is installed): a `VideoReader` on the bytes, `get_batch(indices)`.
 
 Reported: sampled frames per CPU-second (process time, the stable figure on a shared machine)
 and per wall second, and each method's ratio to `decode-all`. Target (issue 22): >= 5x.
@@ -89,6 +90,14 @@ def rss_over_clips(count: int) -> list[tuple[int, float]]:
     return marks
 
 
+def decord_batch(data: bytes, indices: list[int]) -> list[np.ndarray]:
+    """decord used the straightforward way: a VideoReader on the bytes, get_batch of the indices."""
+    import decord
+
+    reader = decord.VideoReader(io.BytesIO(data), num_threads=1)
+    return list(reader.get_batch(indices).asnumpy())
+
+
 def timed(fn, *args) -> tuple[float, float, object]:
     c0, w0 = time.process_time(), time.perf_counter()
     result = fn(*args)
@@ -114,6 +123,12 @@ def main() -> int:
     methods = {"decode-all": lambda d, i, idx: decode_all(d, idx, True),
                "decode-all, convert picked": lambda d, i, idx: decode_all(d, idx, False),
                "vlmdata": lambda d, i, idx: decode_frames(d, i, idx)}
+    try:
+        import decord  # noqa: F401  (optional: a baseline when installed)
+
+        methods["decord get_batch"] = lambda d, i, idx: decord_batch(d, idx)
+    except ImportError:
+        print("decord is not installed: its baseline is left out", flush=True)
     totals = {m: [0.0, 0.0, 0] for m in methods}
     names = list(methods)
     for r in range(args.rounds):

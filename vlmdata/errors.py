@@ -6,7 +6,8 @@ caught and `except VlmdataError` catches everything of ours:
 
     VlmdataError
     ├── ConfigError (ValueError)          a configuration problem: stops the run, says what to change
-    │   └── EmptyDatasetError             no rows found, or every row skipped
+    │   ├── EmptyDatasetError             no rows found, or every row skipped
+    │   └── BatchingError                 packs batched again by a DataLoader (batch_size not None)
     ├── SkipError (ValueError)            one bad input row / image / sample: skipped and counted by `reason`
     │   ├── RowProblem                    a raw input row (shard time)
     │   └── ImageProblem                  an image (shard or index time)
@@ -35,7 +36,7 @@ counters and JSON keep working with them.
 from __future__ import annotations
 
 __all__ = [
-    "AdapterError", "BadIndexError", "BadKeyError", "CacheDirBusy", "ConfigError", "CorruptShardError",
+    "AdapterError", "BadIndexError", "BatchingError", "BadKeyError", "CacheDirBusy", "ConfigError", "CorruptShardError",
     "DecodeError", "EmptyDatasetError", "FetchError", "ImageProblem", "IndexMismatchError", "NoRoomError",
     "NotServedError", "OutOfTime", "ProtocolError", "RowProblem", "ShardChangedError", "ShardReadError", "Skip",
     "SkipError", "TarFormatError", "TooManySkipsError", "VlmdataError",
@@ -52,6 +53,21 @@ class ConfigError(VlmdataError, ValueError):
 
 class EmptyDatasetError(ConfigError):
     """The run found no input rows, or every row was skipped: no dataset is written."""
+
+
+class BatchingError(ConfigError):
+    """A DataLoader batching packs again (its batch_size is not None).
+
+    Raised in a DataLoader worker it reaches the main process rebuilt by torch from a message holding the
+    worker's whole traceback; the message is cut back to its last line, with the worker named.
+    """
+
+    def __init__(self, message: str):
+        lines = message.rstrip().splitlines()
+        if message.startswith("Caught ") and "Original Traceback" in message and ": " in lines[-1]:
+            where = lines[0][len(f"Caught {type(self).__name__} "):].rstrip(".")
+            message = f"{lines[-1].split(': ', 1)[1]} (raised {where})"
+        super().__init__(message)
 
 
 class SkipError(VlmdataError, ValueError):
@@ -188,7 +204,7 @@ class Skip:
     SHARD_CHANGED = "shard_changed"            # a sample of a shard file rewritten in place after it was opened
     DECODER_EXCEPTION = "decoder_exception"    # an unexpected exception type from a decoder (logged once)
     IMAGE_TOO_LARGE = "image_too_large"        # more pixels than the decoder's limit
-    TOO_MANY_IMAGES = "too_many_images"
+    TOO_MANY_IMAGES = "too_many_images"        # more images (max_images) or vision patches (max_patches) than a pack holds
     OVERLONG = "overlong"
     # video clips (vlmdata.video: probing at shard time, decoding at load time)
     BAD_VIDEO = "bad_video"                    # not a readable container, or a probe over its time budget

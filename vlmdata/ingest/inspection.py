@@ -12,11 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from vlmdata import fsutil
+from vlmdata.errors import ConfigError
 from vlmdata.formats.manifest import Manifest
 from vlmdata.formats.sample import read_sample, text_decoder_for
 from vlmdata.formats.sample_index import SampleIndex
 from vlmdata.ingest.lengths import BUDGETS, dataset_policy, iter_planning, length_report
-from vlmdata.text.tokenizer import load_tokenizer
+from vlmdata.ingest.rendering import TokenRenderer
 
 BAR = 40
 TOKEN_EDGES = [0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
@@ -60,70 +61,21 @@ def _column_histograms(root: str, manifest: Manifest, so: dict) -> tuple[int, di
     return total, counts
 
 
-def render_tokens(tok, tokens: np.ndarray, sizes: list[tuple[int, int]], limit: int = 400) -> str:
-    """Token ids as readable text: roles, image placeholders with sizes, decoded text (shortened)."""
-    sp = tok.special
-    names = {sp.bos: "", sp.eos: " <eos>", sp.user: "\n  [user] ", sp.assistant: "\n  [assistant] ", sp.pad: "<pad>"}
-    out, run, n_img = [], [], 0
-
-    def flush() -> None:
-        if run:
-            text = tok.decode(run).replace("\n", " ")
-            out.append(text if len(text) <= limit else text[:limit] + f"... (+{len(text) - limit} chars)")
-            run.clear()
-
-    for i in tokens[0].tolist():
-        if i == sp.image:
-            flush()
-            w, h = sizes[n_img] if n_img < len(sizes) else (0, 0)
-            out.append(f"<image {w}x{h}>")
-            n_img += 1
-        elif i in names:
-            flush()
-            out.append(names[i])
-        else:
-            run.append(i)
-    flush()
-    return "".join(out)
-
-
-def _model_renderer(identity: dict):
-    """render(tokens, sizes) for a model-folder view: the model's tokenizer decodes, images show their size."""
-    import os
-
-    from tokenizers import Tokenizer
-
-    path = os.path.join(identity.get("path", ""), "tokenizer.json")
-    tok = Tokenizer.from_file(path) if os.path.isfile(path) else None
-    image = int(identity["special"]["image"])
-
-    def render(_tok, tokens: np.ndarray, sizes: list[tuple[int, int]], limit: int = 400) -> str:
-        out, run, n_img = [], [], 0
-        for i in tokens[0].tolist() + [None]:
-            if i is not None and i != image:
-                run.append(i)
-                continue
-            if run:
-                text = tok.decode(run, skip_special_tokens=False) if tok is not None else " ".join(map(str, run))
-                out.append(text if len(text) <= limit else text[:limit] + f"... (+{len(text) - limit} chars)")
-                run = []
-            if i == image:
-                w, h = sizes[n_img] if n_img < len(sizes) else (0, 0)
-                out.append(f"<image {w}x{h}>")
-                n_img += 1
-        return " ".join("".join(out).split("\n"))
-
-    return render
+def _one_line(text: str, limit: int = 400) -> str:
+    text = " ".join(text.split("\n"))
+    return text if len(text) <= limit else text[:limit] + f"... (+{len(text) - limit} chars)"
 
 
 def _samples(root: str, manifest: Manifest, so: dict, n: int) -> list[str]:
     if not manifest.shards or n <= 0:
         return []
     shard = manifest.shards[0]
-    render = render_tokens
-    if manifest.tokenizer.get("name") == "model-folder":
-        render = _model_renderer(manifest.tokenizer)
-    tok = load_tokenizer(manifest.tokenizer.get("path") if manifest.tokenizer.get("name") == "hf-tokenizers" else None)
+    # the tokens read here are the shards' own: their view's tokenizer decodes them
+    identity = next((v["tokenizer"] for v in manifest.views.values() if v.get("tokens") == "tar"), manifest.tokenizer)
+    try:
+        renderer = TokenRenderer.for_identity(identity)
+    except ConfigError as exc:
+        return [f"- (samples not shown: {exc})"]
     out = []
     if manifest.kind == "memmap":
         from vlmdata.formats.memmap import MemmapShard
@@ -142,7 +94,7 @@ def _samples(root: str, manifest: Manifest, so: dict, n: int) -> list[str]:
         records = [read_sample(buf, index, i, text_decoder=dec) for i in range(min(n, len(index)))]
     for r in records:
         out.append(f"- {r.key} ({r.tokens.shape[1]} tokens, {len(r.images)} images):"
-                   f"{render(tok, r.tokens, r.sizes)}")
+                   f"{_one_line(renderer.text(r.tokens, r.sizes))}")
     return out
 
 

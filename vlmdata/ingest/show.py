@@ -1,54 +1,80 @@
 """`vlmdata show`: samples found by key, as the dataset stores them.
 
 For each key: where the sample lives (shard file and number, row, bytes),
-its text rendered from its tokens (roles, `<image WxH>` placeholders,
-decoded text) with the token count and the spans the loss is computed on,
-its source record (the `.json` member), and, with `images_dir`, its images
-written to files (`KEY.J.EXT`: the stored bytes; memmap datasets' decoded
-arrays as PNG; KEY.SHARD-ROW.J.EXT if several samples share the key). Keys
-are looked up in the dataset's keys.lmdb.
+its text decoded with the tokenizer of the text view shown (`view`, default
+the dataset's default view; `ingest.rendering`), images as `<image WxH ×N>`
+markers (N: the image tokens it expands to at load time, when the view's
+family is known), the trained spans marked (`⟦…⟧`, or colour on a terminal)
+and listed with their text, the token counts, its source record (the `.json`
+member), and, with `images_dir`, its images written to files (`KEY.J.EXT`:
+the stored bytes; memmap datasets' decoded arrays as PNG; KEY.SHARD-ROW.J.EXT
+if several samples share the key). Keys are looked up in the dataset's
+keys.lmdb; a view added by `vlmdata retokenize` has its tokens read from its
+own files.
 
-`render_text` is the one place that turns stored tokens into text.
+`render_text` is the one place that turns a sample's stored tokens into text.
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from vlmdata import fsutil
 from vlmdata.formats.manifest import Manifest
+from vlmdata.formats.text_view import ViewTokens, view_shard_name
 from vlmdata.ingest.images import sniff
-from vlmdata.ingest.inspection import render_tokens
+from vlmdata.ingest.rendering import ANSI, PLAIN, Piece, TokenRenderer, format_pieces
 from vlmdata.keyindex.lookup import FoundSample, find_samples
-from vlmdata.text.tokenizer import load_tokenizer
 
-__all__ = ["RenderedText", "render_text", "sample_report", "show_samples"]
-
-NO_LIMIT = 1 << 30
+__all__ = ["RenderedText", "ViewText", "render_text", "sample_report", "show_samples"]
 
 
 @dataclass
 class RenderedText:
-    """A sample's text as stored: all of it, and the trained spans [start, end) with their text."""
+    """A sample's text as stored: all of it (unmarked), the trained spans [start, end) with their text, and
+    its pieces (text, trained text, images) for marking."""
 
     text: str
     tokens: int                                  # stored tokens (each image is one placeholder)
     trained: list[tuple[int, int, str]]
+    pieces: list[Piece] = field(default_factory=list)
 
 
-def render_text(manifest: Manifest, tokens: np.ndarray, sizes: list[tuple[int, int]]) -> RenderedText:
-    """Render stored (2, T) tokens (ids, loss flags) with the dataset's tokenizer."""
-    spec = manifest.tokenizer.get("path") if manifest.tokenizer.get("name") == "hf-tokenizers" else None
-    tok = load_tokenizer(spec)
-    ids, loss = tokens[0], tokens[1] != 0
-    edges = np.flatnonzero(np.diff(np.concatenate([[False], loss, [False]]).astype(np.int8)))
-    spans = []
-    for a, b in zip(edges[0::2].tolist(), edges[1::2].tolist()):
-        before = int((ids[:a] == tok.special.image).sum())
-        spans.append((a, b, render_tokens(tok, tokens[:, a:b], sizes[before:], limit=NO_LIMIT).strip()))
-    return RenderedText(render_tokens(tok, tokens, sizes, limit=NO_LIMIT), int(tokens.shape[1]), spans)
+def render_text(manifest: Manifest, tokens: np.ndarray, sizes: list[tuple[int, int]], view: str | None = None,
+                tokenizer_dir: str | None = None) -> RenderedText:
+    """Render stored (2, T) tokens (ids, loss flags) of a text view (None: the default one) with that view's
+    tokenizer (`tokenizer_dir`: the model folder, when not where the dataset was tokenized)."""
+    return _rendered(TokenRenderer.for_identity(manifest.view(view)[1]["tokenizer"], tokenizer_dir), tokens, sizes)
+
+
+def _rendered(renderer: TokenRenderer, tokens: np.ndarray, sizes: list[tuple[int, int]]) -> RenderedText:
+    pieces = renderer.pieces(tokens, sizes)
+    trained = [(p.start, p.end, p.text) for p in pieces if p.kind == "trained"]
+    return RenderedText("".join(p.text for p in pieces), int(tokens.shape[1]), trained, pieces)
+
+
+class _ViewReader:
+    """A view's tokens of found samples: the shard's own for a view stored in the tars, else the view's files
+    (one token file per shard, loaded once)."""
+
+    def __init__(self, root: str, manifest: Manifest, view: str | None, so: dict):
+        try:
+            self.name, self.entry = manifest.view(view)
+        except KeyError as exc:
+            raise ValueError(exc.args[0]) from None
+        self.root, self.so = root, so
+        self._files: dict[str, ViewTokens] = {}
+
+    def tokens(self, found: FoundSample) -> np.ndarray:
+        if self.entry.get("tokens", "tar") == "tar":
+            return found.record.tokens
+        name = view_shard_name(self.name, found.location.shard_name)
+        if name not in self._files:
+            self._files[name] = ViewTokens.load(fsutil.join(self.root, name), self.so)
+        return self._files[name].tokens(found.location.row)
 
 
 def _write_images(found: FoundSample, images_dir: str, unique: bool) -> list[str]:
@@ -70,11 +96,28 @@ def _write_images(found: FoundSample, images_dir: str, unique: bool) -> list[str
     return paths
 
 
-def sample_report(found: FoundSample, manifest: Manifest, images_dir: str | None = None, unique: bool = True) -> dict:
+class ViewText:
+    """One text view's tokens and tokenizer for the samples `vlmdata show` renders."""
+
+    def __init__(self, root: str, manifest: Manifest, view: str | None = None, storage_options: dict | None = None,
+                 tokenizer_dir: str | None = None):
+        self.reader = _ViewReader(root, manifest, view, storage_options or {})
+        self.name, self.identity = self.reader.name, self.reader.entry["tokenizer"]
+        self.renderer = TokenRenderer.for_identity(self.identity, tokenizer_dir)
+        self.others = [v for v in manifest.view_names() if v != self.name]
+
+    def render(self, found: FoundSample) -> RenderedText:
+        return _rendered(self.renderer, self.reader.tokens(found), found.record.sizes)
+
+
+def sample_report(found: FoundSample, manifest: Manifest, images_dir: str | None = None, unique: bool = True,
+                  text: ViewText | None = None) -> dict:
     """Everything `vlmdata show` prints about one sample, as plain data (images written to `images_dir` as
-    KEY.J.EXT, or KEY.SHARD-ROW.J.EXT when several samples share the key: `unique=False`)."""
+    KEY.J.EXT, or KEY.SHARD-ROW.J.EXT when several samples share the key: `unique=False`); its text in the view
+    `text` (default: the dataset's default view)."""
     rec, loc = found.record, found.location
-    rendered = render_text(manifest, rec.tokens, rec.sizes)
+    text = text or ViewText(loc.dataset, manifest)
+    rendered = text.render(found)
     images = [{"width": w, "height": h} for w, h in rec.sizes]
     for entry, image in zip(images, rec.images):
         if isinstance(image, np.ndarray):
@@ -84,19 +127,25 @@ def sample_report(found: FoundSample, manifest: Manifest, images_dir: str | None
     if images_dir is not None:
         for entry, path in zip(images, _write_images(found, images_dir, unique)):
             entry["file"] = path
+    tok = text.identity
     return {"key": found.key, "dataset": loc.dataset, "shard": loc.shard, "shard_file": loc.shard_name,
             "shards": len(manifest.shards), "row": loc.row, "offset": loc.offset, "span": loc.span, "url": loc.url,
+            "view": text.name, "other_views": text.others,
+            "tokenizer": tok.get("model") or tok.get("path") or tok.get("name"),
             "tokens": rendered.tokens, "image_placeholders": len(rec.sizes),
             "trained_tokens": sum(b - a for a, b, _ in rendered.trained),
             "trained_spans": [{"start": a, "end": b, "text": t} for a, b, t in rendered.trained],
-            "text": rendered.text, "images": images, "metadata": rec.meta}
+            "text": rendered.text, "pieces": [p.__dict__ for p in rendered.pieces], "images": images,
+            "metadata": rec.meta}
 
 
-def _format(r: dict, kind: str) -> str:
+def _format(r: dict, kind: str, style: str) -> str:
     where = "tokens" if kind == "memmap" else "bytes"
+    others = f"; other views: {', '.join(r['other_views'])} (--view NAME)" if r["other_views"] else ""
     lines = [f"sample {r['key']}  ({r['dataset']})",
              f"  where     shard {r['shard']} of {r['shards']}: {r['shard_file']}, row {r['row']}, "
              f"{where} {r['offset']}+{r['span']}",
+             f"  view      {r['view']}, tokenizer {r['tokenizer']}{others}",
              f"  tokens    {r['tokens']} stored ({r['tokens'] - r['image_placeholders']} text, "
              f"{r['image_placeholders']} image placeholders); {r['trained_tokens']} trained in "
              f"{len(r['trained_spans'])} span(s)"]
@@ -105,28 +154,34 @@ def _format(r: dict, kind: str) -> str:
                      (f" -> {im['file']}" if "file" in im else ""))
     meta = json.dumps(r["metadata"], ensure_ascii=False, sort_keys=True) if r["metadata"] is not None else "(none)"
     lines.append(f"  metadata  {meta}")
-    lines.append("  text")
-    lines += ["    " + line.strip() for line in r["text"].strip("\n").splitlines()]
+    legend = "trained in green" if style == ANSI else "trained in ⟦…⟧"
+    lines.append(f"  text      ({legend}; <image WxH ×N>: an image and the tokens it expands to)")
+    marked = format_pieces([Piece(**p) for p in r["pieces"]], style)
+    lines += ["    " + line for line in marked.split("\n")]
     lines.append("  trained spans")
-    lines += [f"    [{s['start']}, {s['end']})  {s['text']}" for s in r["trained_spans"]] or ["    (none)"]
+    lines += [f"    [{s['start']}, {s['end']})  {json.dumps(s['text'], ensure_ascii=False)}"
+              for s in r["trained_spans"]] or ["    (none)"]
     return "\n".join(lines)
 
 
 def show_samples(root: str, keys: list[str], storage_options: dict | None = None, images_dir: str | None = None,
-                 as_json: bool = False) -> tuple[str, list[str]]:
-    """(the report, the keys not found). Raises FileNotFoundError / ValueError if the key index is missing
-    or stale."""
+                 as_json: bool = False, view: str | None = None, tokenizer_dir: str | None = None,
+                 color: bool = False) -> tuple[str, list[str]]:
+    """(the report, the keys not found): the samples' text in `view` (None: the default view), marked in colour
+    with `color`. Raises FileNotFoundError / ValueError if the key index is missing or stale or the view
+    unknown, ConfigError if the view's tokenizer cannot be loaded."""
     so = storage_options or {}
     manifest = Manifest.load(root, so)
+    text = ViewText(root, manifest, view, so, tokenizer_dir)
     reports, missing = [], []
     for key in keys:
         found = find_samples(root, key, so, manifest)
         if not found:
             missing.append(key)
-        reports += [sample_report(f, manifest, images_dir, unique=len(found) == 1) for f in found]
+        reports += [sample_report(f, manifest, images_dir, unique=len(found) == 1, text=text) for f in found]
     if as_json:
         return json.dumps({"samples": reports, "missing": missing}, ensure_ascii=False, indent=1), missing
-    text = "\n\n".join(_format(r, manifest.kind) for r in reports)
+    out = "\n\n".join(_format(r, manifest.kind, ANSI if color else PLAIN) for r in reports)
     if missing:
-        text += ("\n\n" if text else "") + "\n".join(f"no sample with key {k!r} in {root}" for k in missing)
-    return text, missing
+        out += ("\n\n" if out else "") + "\n".join(f"no sample with key {k!r} in {root}" for k in missing)
+    return out, missing

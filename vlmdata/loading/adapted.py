@@ -34,11 +34,13 @@ class AdaptedDataset(IterableDataset):
             yield self.adapter(pack)
 
     def __len__(self) -> int:
-        """Packs this rank yields in the selected epoch (plans the epoch: seconds on a huge dataset)."""
-        steps = getattr(self.dataset, "num_steps", None)
-        if steps is None:
+        """The wrapped dataset's `len()`: for a VLMDataset the packs this rank yields in the selected epoch."""
+        if not hasattr(self.dataset, "num_steps"):        # not a pack-yielding dataset: its len is not packs
             raise TypeError(f"{type(self.dataset).__name__} does not know its number of packs")
-        return int(steps())
+        return len(self.dataset)
+
+    def __bool__(self) -> bool:
+        return True
 
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)

@@ -41,12 +41,13 @@ from vlmdata.errors import (
     Skip,
 )
 from vlmdata.keyindex.lookup import FoundSample, find_samples
+from vlmdata.loading.batching import refuse_batching  # noqa: F401  (registers it with default_collate)
 from vlmdata.loading.collate import CollateConfig
 from vlmdata.loading.overlong import LengthTally
 from vlmdata.loading.pack_build import build_pack
 from vlmdata.loading.shard_source import Source, open_source
 from vlmdata.loading.shared_position import SharedPosition
-from vlmdata.loading.text_views import check_text_views, choose_policy
+from vlmdata.loading.text_views import check_text_views, choose_pack_limits, choose_policy
 from vlmdata.metrics.counts import StatsDelta, take_fetch_stats
 from vlmdata.plan.assign import rank_packs
 from vlmdata.plan.epoch import Corpus, EpochPlanner, PlanOptions
@@ -75,6 +76,8 @@ class DatasetOptions:
     verify_index: check every shard index against its shard (the shard's checksum, each sample's tar
         member names and sizes; vlmdata.formats.index_checks). Off only to measure the checks' cost or for
         tars whose member names another tool wrote in a way the check does not understand.
+    length: what `len(ds)` returns: "exact" (plans every window of the epoch once, cached) or "estimate"
+        (`estimated_len()`: a few windows planned, scaled to the epoch; for progress bars on huge datasets).
     plan_dir: a directory shared by all ranks of a node (e.g. /dev/shm/vlmdata-plans): each window of
         the epoch is then planned once per node. Default: a private directory per rank (made when the
         dataset is created, before its DataLoader workers start), so each window is planned once per rank.
@@ -89,6 +92,11 @@ class DatasetOptions:
     retry: RetryPolicy | None = None
     verify_index: bool = True
     plan_dir: str | None = None
+    length: str = "exact"
+
+    def __post_init__(self) -> None:
+        if self.length not in ("exact", "estimate"):
+            raise ValueError(f"length must be 'exact' or 'estimate', got {self.length!r}")
 
 
 def _resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -144,16 +152,24 @@ class VLMDataset(IterableDataset):
         sharded with `--tokenizer MODEL_DIR`), else 336 px fixed.
     `text_view`: the text view to read (`vlmdata retokenize` adds views); None: each dataset's default.
         Mixed datasets must share the view's tokenizer identity.
+    `max_images` / `max_patches`: the image budget of a pack, as images or as vision patches (one of them).
+        None for both: the image policy's default (loading.text_views.choose_pack_limits): no image count
+        limit and max_tokens x merge^2 patches for a dynamic-resolution family (Qwen2-VL, Qwen2.5-VL, whose
+        vision tower runs varlen), 16 images for a fixed-size one (LLaVA) and vlmdata's own layouts.
+    `len(ds)`: the packs this rank yields in a whole pass of the selected epoch (PyTorch's convention:
+        the epoch's total, whatever the resume point; `num_steps()` counts those left). Exact: it plans
+        every window of the epoch once (0.05-0.12 CPU-s per 40,000 samples; docs/dataloader.md), cached
+        per epoch and shared with the workers through the plan share. `estimated_len()` plans only a few.
     `log_lengths`: log, once per epoch and worker, the samples truncated or dropped for their length
         (`loading.overlong`); the tuner turns it off for its measurement passes.
     """
 
     log_lengths = True
 
-    def __init__(self, source, seed: int = 0, max_tokens: int = 8192, max_images: int = 16,
+    def __init__(self, source, seed: int = 0, max_tokens: int = 8192, max_images: int | None = None,
                  image_size: int | ImagePolicy | None = None, rank: int | None = None, world_size: int | None = None,
                  decoder: str = "auto", cache=None, options: DatasetOptions | None = None,
-                 text_view: str | None = None):
+                 text_view: str | None = None, max_patches: int | None = None):
         super().__init__()
         self.options = options or DatasetOptions()
         self.seed = int(seed)
@@ -169,7 +185,8 @@ class VLMDataset(IterableDataset):
         self.model_family: FamilySpec | None = check_text_views(self.sources)
         self.policy = choose_policy(image_size, self.model_family)
         self._check_sources()
-        self.plan_options = PlanOptions(max_tokens=int(max_tokens), max_images=int(max_images),
+        max_images, max_patches = choose_pack_limits(self.policy, max_tokens, max_images, max_patches)
+        self.plan_options = PlanOptions(max_tokens=int(max_tokens), max_images=max_images, max_patches=max_patches,
                                         window_shards=self.options.window_shards, mode=self.options.mode,
                                         overlong=self.options.overlong, mix_samples=self.options.mix_samples)
         self.corpus = Corpus.build([s.planning for s in self.sources], [s.shard_sizes() for s in self.sources],
@@ -194,6 +211,7 @@ class VLMDataset(IterableDataset):
         self._owner_pid = os.getpid()                 # decoder and thread pool belong to this process
         self._position = SharedPosition()             # epoch + cursor for persistent DataLoader workers
         self._position_gen = 0                        # the generation of it this copy has applied
+        self._lengths: dict[tuple[int, str], int] = {}  # (epoch, "exact" | "estimate") -> len
 
     # ---- configuration checks ---------------------------------------------------------------
     def _check_sources(self) -> None:
@@ -219,8 +237,10 @@ class VLMDataset(IterableDataset):
         # the shards' names and checksums identify a dataset wherever it lives (a copy moved to S3 resumes)
         ident = [hashlib.sha1(";".join(f"{x.name}:{x.crc32}:{x.samples}" for x in s.manifest.shards).encode())
                  .hexdigest() for s in self.sources]
-        desc = {"sources": ident, "weights": weights,
-                "plan": asdict(self.plan_options), "policy": self.policy.to_dict(), "seed": self.seed}
+        plan = asdict(self.plan_options)
+        if plan["max_patches"] is None:           # no patch budget: the fingerprint of datasets before it
+            del plan["max_patches"]
+        desc = {"sources": ident, "weights": weights, "plan": plan, "policy": self.policy.to_dict(), "seed": self.seed}
         views = [s.view_name for s in self.sources]
         if any(v != "default" for v in views):   # the text view changes the packs (datasets before views: unchanged)
             desc["views"] = views
@@ -363,6 +383,26 @@ class VLMDataset(IterableDataset):
         rank; plans the whole epoch, so it costs seconds on a huge dataset)."""
         remaining = max(0, self.planner().total() - self._cursor)
         return -(-remaining // self.world_size)
+
+    def __len__(self) -> int:
+        """Packs this rank yields in a whole pass of the selected epoch (see the class docstring)."""
+        if self.options.length == "estimate":
+            return self.estimated_len()
+        key = (self._epoch, "exact")
+        if key not in self._lengths:
+            self._lengths[key] = -(-self.planner().total() // self.world_size)
+        return self._lengths[key]
+
+    def __bool__(self) -> bool:
+        return True                                   # never plan the epoch to answer `if ds:`
+
+    def estimated_len(self, windows: int = 4) -> int:
+        """`len(ds)` estimated from `windows` windows spread over the epoch (EpochPlanner.estimate_total);
+        exact when the epoch has no more windows than that. Cached per epoch."""
+        key = (self._epoch, f"estimate-{int(windows)}")
+        if key not in self._lengths:
+            self._lengths[key] = -(-self.planner().estimate_total(windows) // self.world_size)
+        return self._lengths[key]
 
     # ---- random access by key --------------------------------------------------------------------
     def lookup_all(self, key: str) -> list[FoundSample]:

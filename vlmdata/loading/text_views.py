@@ -3,6 +3,11 @@
 - Datasets mixed in one VLMDataset must share the view's tokenizer identity: the SHA-256 of the
   model folder's tokenizer files (and its vision constants), or for vlmdata's own tokenizers the
   same special ids. Anything else is a clear error.
+- The image budget per pack: a dynamic-resolution policy (Qwen2-VL, Qwen2.5-VL: each image a patch
+  sequence of its own length, run by the vision tower as one varlen sequence per pack) needs no image
+  count limit, only a patch budget: `max_patches`, by default what the token budget already implies
+  (max_tokens x merge^2, each image token being merge^2 patches); lower it to bound the vision tower's
+  memory. A fixed-size policy (LLaVA: the tower batches whole images) keeps `max_images` = 16.
 - The image policy: None takes the model family's (what its processor does); an explicit policy is
   accepted when it lays out the same image tokens (same kind, patch and merge; a dynamic policy may
   narrow the pixel bounds), else it is an error (the model would see the wrong number of tokens).
@@ -15,9 +20,10 @@ from vlmdata.decode.policy import DynamicPolicy, FixedPolicy, ImagePolicy, make_
 from vlmdata.errors import ConfigError
 from vlmdata.text.families.base import FamilySpec
 
-__all__ = ["DEFAULT_IMAGE_SIZE", "check_text_views", "choose_policy"]
+__all__ = ["DEFAULT_IMAGE_SIZE", "DEFAULT_MAX_IMAGES", "check_text_views", "choose_pack_limits", "choose_policy"]
 
 DEFAULT_IMAGE_SIZE = 336
+DEFAULT_MAX_IMAGES = 16
 
 
 def _describe(source) -> str:
@@ -66,3 +72,17 @@ def choose_policy(image_size, family: FamilySpec | None) -> ImagePolicy:
     raise ConfigError(f"the dataset's {family.name} view lays out images with {native.to_dict()}; image_size="
                       f"{asked.to_dict()} would give the model other image tokens (leave image_size=None, or keep "
                       "the kind, patch and merge and change only the pixel bounds)")
+
+
+def choose_pack_limits(policy: ImagePolicy, max_tokens: int, max_images: int | None,
+                       max_patches: int | None) -> tuple[int | None, int | None]:
+    """(max_images, max_patches) per pack: what was asked for, else the policy's default (see the module
+    docstring); ConfigError when both are given."""
+    if max_images is not None and max_patches is not None:
+        raise ConfigError(f"give the image budget per pack as max_images ({max_images}) or as max_patches "
+                          f"({max_patches}), not both")
+    if max_images is not None or max_patches is not None:
+        return max_images, max_patches
+    if isinstance(policy, DynamicPolicy):
+        return None, int(max_tokens) * policy.merge * policy.merge
+    return DEFAULT_MAX_IMAGES, None

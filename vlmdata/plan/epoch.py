@@ -5,7 +5,8 @@
       -> samples shuffled inside each window
       -> per-sample tokens = text tokens + image-policy tokens of each image
       -> overlong samples truncated (planned at max_tokens) or dropped
-      -> packed (or bucketed) under max_tokens / max_images, packs shuffled in the window
+      -> packed (or bucketed) under max_tokens and an image budget (max_images per pack, or max_patches:
+         vision patches per pack, for a vision tower that runs varlen over them), packs shuffled in the window
       -> windows concatenated: the epoch's global pack sequence
 
 Windows are planned lazily, on demand: the first packs of a huge dataset are
@@ -55,19 +56,31 @@ class PlanOptions:
     """What shapes the plan (all of it is part of the resume fingerprint)."""
 
     max_tokens: int = 8192
-    max_images: int = 16
+    max_images: int | None = 16     # images per pack at most (None: no image count limit)
     window_shards: int = 8
     mode: str = "pack"              # "pack" | "bucket"
     overlong: str = "truncate"      # "truncate" | "drop"
     mix_samples: int | None = None  # samples per mixed epoch; default: all sources' sizes summed
+    max_patches: int | None = None  # vision patches per pack at most, instead of max_images (image tokens x merge^2)
 
     def __post_init__(self) -> None:
         if self.mode not in ("pack", "bucket"):
             raise ValueError(f"mode must be 'pack' or 'bucket', got {self.mode!r}")
         if self.overlong not in ("truncate", "drop"):
             raise ValueError(f"overlong must be 'truncate' or 'drop', got {self.overlong!r}")
-        if self.max_tokens < 1 or self.max_images < 0 or self.window_shards < 1:
-            raise ValueError("max_tokens and window_shards must be >= 1, max_images >= 0")
+        if self.max_tokens < 1 or (self.max_images or 0) < 0 or (self.max_patches or 0) < 0 or self.window_shards < 1:
+            raise ValueError("max_tokens and window_shards must be >= 1, max_images and max_patches >= 0")
+        if self.max_images is not None and self.max_patches is not None:
+            raise ValueError("give an image budget per pack as max_images or as max_patches, not both")
+
+    def image_budget(self, images: np.ndarray, image_tokens: np.ndarray, merge: int) -> tuple[np.ndarray, int]:
+        """(each sample's cost, the budget per pack) of the image limit: its images (max_images), its vision
+        patches (max_patches: image tokens x merge^2), or nothing (neither)."""
+        if self.max_patches is not None:
+            return image_tokens * (merge * merge), self.max_patches
+        if self.max_images is not None:
+            return images, self.max_images
+        return np.zeros_like(images), 0
 
 
 class ShardColumns(Protocol):
@@ -332,8 +345,9 @@ class EpochPlanner:
         cols, rows = self.corpus.gather(samples)
         tokens, image_tokens = sample_lengths(cols, rows, self.policy)
         images = cols["n_images"][rows].astype(np.int64)
+        cost, budget = opt.image_budget(images, image_tokens, int(getattr(self.policy, "merge", 1)))
         dropped = Counter()
-        too_many = images > opt.max_images
+        too_many = cost > budget
         over = tokens > opt.max_tokens
         unfit = over & ((image_tokens >= opt.max_tokens) | (opt.overlong == "drop"))
         if too_many.any():
@@ -341,14 +355,14 @@ class EpochPlanner:
         if (unfit & ~too_many).any():
             dropped[Skip.OVERLONG] = int((unfit & ~too_many).sum())
         keep = ~(too_many | unfit)
-        samples, tokens, images = samples[keep], np.minimum(tokens[keep], opt.max_tokens), images[keep]
+        samples, tokens, images, cost = samples[keep], np.minimum(tokens[keep], opt.max_tokens), images[keep], cost[keep]
         if opt.mode == "pack":
-            order, bounds = pack(tokens, images, opt.max_tokens, opt.max_images)
+            order, bounds = pack(tokens, cost, opt.max_tokens, budget)
             # inside a pack, keep the window's shuffled order rather than the packer's (long first)
             pack_of = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
             order = order[np.lexsort((order, pack_of))]
         else:
-            order, bounds = bucket(tokens, images, opt.max_tokens, opt.max_images)
+            order, bounds = bucket(tokens, cost, opt.max_tokens, budget)
         n_packs = len(bounds) - 1
         perm = make_rng(self.seed, PACK_ORDER, self.epoch, k).permutation(n_packs)
         sizes = np.diff(bounds)[perm]
@@ -441,6 +455,25 @@ class EpochPlanner:
         while self._hi < self.num_windows:
             self._forward()
         return int(self._start[self._hi])
+
+    def window_samples_count(self, k: int) -> int:
+        """Samples window k holds (from the layout: nothing planned)."""
+        return sum(s.hi - s.lo for s in self.windows[k])
+
+    def estimate_total(self, windows: int = 4) -> int:
+        """Packs in the whole epoch, estimated by planning `windows` windows spread over it (with every window
+        whose count is already known) and scaling their packs per sample to the others; exact (`total()`)
+        when that covers every window."""
+        n = self.num_windows
+        if windows >= n:
+            return self.total()
+        for k in sorted(set(np.linspace(0, n - 1, max(1, windows)).round().astype(int).tolist())):
+            self._count_of(k)
+        counts = [self._count[k] if self._count[k] >= 0 else self.store.count(k) for k in range(n)]
+        sizes = [self.window_samples_count(k) for k in range(n)]
+        known = [(c, m) for c, m in zip(counts, sizes) if c is not None and c >= 0]
+        per_sample = sum(c for c, _ in known) / max(1, sum(m for _, m in known))
+        return int(round(sum(c if c is not None and c >= 0 else per_sample * m for c, m in zip(counts, sizes))))
 
     def locate(self, g: int) -> tuple[int, int]:
         """(window, pack inside the window) of global pack g."""
