@@ -27,6 +27,7 @@ from vlmdata.formats.memmap import MemmapPartWriter
 from vlmdata.formats.sample import EncodedImage, safe_key
 from vlmdata.formats.shard_writer import WdsPartWriter, sample_bytes_estimate
 from vlmdata.ingest.access import AccessPolicy, read_ref
+from vlmdata.ingest.data_url import elide_data_urls, is_data_url
 from vlmdata.ingest.images import (
     MAX_IMAGES_PER_SAMPLE,
     ImageOptions,
@@ -153,6 +154,8 @@ class _Sampler:
             sample.turns = [("user", ""), ("assistant", self._sidecar(sample, root))]
             sample.meta["caption"] = sample.turns[1][1]
         check_text(sample)
+        if any(is_data_url(ref) for ref in sample.images):   # the record keeps no second copy of the images
+            sample.meta = elide_data_urls(sample.meta)
         if opts.format == "memmap":   # the memmap writer serialises the record after writing the images
             _serialisable(sample.meta)
         images, sizes = [], []

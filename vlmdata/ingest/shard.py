@@ -33,6 +33,7 @@ from vlmdata.formats.sample import safe_key
 from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_REMOTE_TIMEOUT, AccessPolicy
 from vlmdata.ingest.engine import ENGINES, run_jobs
 from vlmdata.ingest.finalize import write_dataset_tables
+from vlmdata.ingest.hf_datasets import is_dataset_object
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, ImageOptions
 from vlmdata.ingest.job import (
     JOBS_DIR,
@@ -58,7 +59,7 @@ FORMATS = ("wds", "memmap")
 class ShardConfig:
     """Options of `vlmdata shard` (see `vlmdata shard --help`)."""
 
-    inputs: list[str]
+    inputs: list                      # paths / URLs, or datasets.Dataset / IterableDataset objects
     output: str
     input_format: str | None = None
     format: str = "wds"
@@ -257,7 +258,8 @@ class _JobStream:
     def __iter__(self) -> Iterator[JobSpec]:
         n = self.cfg.max_samples_per_shard
         batch: list[Row] = []
-        for row in iter_rows(self.sources, self.cfg.storage_options):
+        objects = {i: x for i, x in enumerate(self.cfg.inputs) if is_dataset_object(x)}
+        for row in iter_rows(self.sources, self.cfg.storage_options, objects):
             batch.append(self._name(row))
             if len(batch) == n:
                 yield from self._emit(batch)
@@ -395,7 +397,7 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
         if policy["kind"] != "fixed" or policy["size"] != cfg.image_size:
             raise ConfigError(f"--format memmap stores {cfg.image_size}px images, but the {tokenizer['family']} "
                               f"model's image policy is {policy}; use --format wds for this model")
-    sources = open_inputs(cfg.inputs, cfg.input_format, cfg.storage_options)
+    sources = open_inputs(cfg.inputs, cfg.input_format, cfg.storage_options, cfg.remote_timeout)
     fingerprint = _fingerprint(cfg, sources, tokenizer)
     _prepare_output(cfg, fingerprint)
     dedup = _open_dedup(cfg)
