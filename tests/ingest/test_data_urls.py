@@ -3,6 +3,7 @@ oversized and non-image data URLs skipped and counted."""
 from __future__ import annotations
 
 import base64
+import csv
 import json
 
 import pytest
@@ -50,6 +51,21 @@ def test_data_urls_store_the_same_images_as_files(tmp_path, fmt, variant):
     assert len(json.dumps(record)) < 4000, "the stored record holds the images a second time"
 
 
+def test_data_urls_in_a_csv_table(tmp_path):
+    corpus = generate_corpus(tmp_path / "corpus", 5, seed=2, fmt="csv")
+    with open(corpus / "data.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    (tmp_path / "t").mkdir()
+    with open(tmp_path / "t" / "urls.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["id", "image", "caption"])
+        w.writeheader()
+        w.writerows({**r, "image": _data_url(corpus / r["image"])} for r in rows)
+    shard(corpus / "data.csv", tmp_path / "files")
+    m = shard(tmp_path / "t" / "urls.csv", tmp_path / "urls")
+    assert m.stats["skipped"] == {} and m.num_samples == 5
+    assert stored_members(tmp_path / "urls") == stored_members(tmp_path / "files")
+
+
 def test_malformed_and_oversized_data_urls_are_counted(tmp_path):
     corpus = generate_corpus(tmp_path / "corpus", 3, seed=4, fmt="caption")
     good = read_jsonl(corpus / "data.jsonl")[0]
@@ -66,12 +82,16 @@ def test_malformed_and_oversized_data_urls_are_counted(tmp_path):
         "percent": "data:image/jpeg," + "".join(f"%{b:02x}" for b in (corpus / good["image"]).read_bytes()),
     }
     rows = [{"id": k, "image": v, "caption": "a caption"} for k, v in cases.items()]
+    rows.append({"id": "string-item", "messages": [   # an image_url item given as a plain string
+        {"role": "user", "content": [{"type": "image_url", "image_url": url}, {"type": "text", "text": "What?"}]},
+        {"role": "assistant", "content": "A picture."}]})
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     m = shard(tmp_path / "rows.jsonl", tmp_path / "out", max_image_bytes=20_000)
     assert m.stats["skipped"] == {"bad_data_url": 4, "not_an_image": 1, "file_too_large": 1,
                                   "video_unsupported": 1}
-    assert m.num_samples == 2 and m.stats["input_rows"] == len(cases)
+    assert m.num_samples == 3 and m.stats["input_rows"] == len(rows)
     got = stored_members(tmp_path / "out")
-    assert got["ok"]["0.jpg"] == got["percent"]["0.jpg"] == (corpus / good["image"]).read_bytes()
+    image = (corpus / good["image"]).read_bytes()
+    assert got["ok"]["0.jpg"] == got["percent"]["0.jpg"] == got["string-item"]["0.jpg"] == image
     assert "base64" in m.stats["examples"]["bad_data_url"]["detail"]
     assert "A" * 100 not in json.dumps(m.stats["examples"]), "a skip detail quotes the payload"
