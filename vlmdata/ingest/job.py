@@ -28,6 +28,7 @@ from vlmdata.formats.sample import EncodedImage, safe_key
 from vlmdata.formats.shard_writer import WdsPartWriter, sample_bytes_estimate
 from vlmdata.ingest.access import AccessPolicy, read_ref
 from vlmdata.ingest.data_url import elide_data_urls, is_data_url
+from vlmdata.ingest.hf_datasets import RangedDataset, fill_rows
 from vlmdata.ingest.images import (
     MAX_IMAGES_PER_SAMPLE,
     ImageOptions,
@@ -86,6 +87,7 @@ class JobOptions:
     fsync: bool = True                       # fsync each file before its rename (power-loss safe)
     access: AccessPolicy = AccessPolicy()    # what rows may read, and the read bounds
     verify: str = "header"                   # "decode": fully decode every image (--verify decode)
+    datasets: tuple[RangedDataset, ...] = ()  # inputs whose rows the job reads by index (ingest.hf_datasets)
 
 
 @dataclass
@@ -261,6 +263,8 @@ def run_job(spec: JobSpec, opts: JobOptions, report: Callable[[int, int], None] 
     stats = JobStats(job=spec.job, rows=len(spec.rows))
     parts = _Parts(opts, spec.job, text.image_token_id)
     unexpected = _Unexpected()
+    if opts.datasets:
+        fill_rows(spec.rows, opts.datasets, opts.storage_options)
     try:
         for done, row in enumerate(spec.rows, 1):
             try:

@@ -30,7 +30,6 @@ from vlmdata.ingest.hf_datasets import (
     HF_DATASET_FORMAT,
     dataset_label,
     is_dataset_object,
-    iter_dataset,
     read_saved_dataset,
     saved_dataset_kind,
     splits_of,
@@ -52,6 +51,7 @@ class Row:
     id: str = ""               # source id, set by the sharder (see ingest.shard)
     duplicate: bool = False    # an earlier row of this run had the same key
     duplicate_in: str | None = None   # a --dedup-against dataset that already holds the key
+    partial: bool = False      # data holds only the id columns: the job reads the record (ingest.hf_datasets)
 
 
 @dataclass(frozen=True)
@@ -273,16 +273,14 @@ def open_inputs(urls: list, input_format: str | None, storage_options: dict | No
 
 
 def iter_rows(sources: list[InputSource], storage_options: dict | None = None,
-              objects: dict | None = None) -> Iterator[Row]:
-    """All rows of all inputs, in order; `objects` maps a source's number to its dataset object, if any."""
+              given: dict[int, tuple[Iterator[dict], bool]] | None = None) -> Iterator[Row]:
+    """All rows of all inputs, in order. `given` maps a source's number to its rows and whether they are
+    partial (id columns only; see ingest.hf_datasets.dataset_inputs), for inputs not read from their URL."""
     for i, src in enumerate(sources):
-        if objects and i in objects:
-            items = iter_dataset(objects[i])
-        else:
-            items = _READERS[src.format](src.url, storage_options or {})
+        items, partial = (given or {}).get(i) or (_READERS[src.format](src.url, storage_options or {}), False)
         for number, item in enumerate(items):
             if isinstance(item, dict):
-                yield Row(i, number, item)
+                yield Row(i, number, item, partial=partial)
             else:
                 yield Row(i, number, None, error=str(item))
 

@@ -56,10 +56,14 @@ class SourceSample:
         return Conversation(messages_from_turns(self.turns, len(self.images)), len(self.images))
 
 
+def id_columns(columns: ColumnSpec) -> tuple[str, ...]:
+    """The columns a row's id may come from, in order."""
+    return (columns.id,) if columns.id else ID_COLUMNS
+
+
 def row_id(data: dict, columns: ColumnSpec, fallback: str) -> str:
     """The row's source id (an id column, else `fallback`, e.g. input name + row number)."""
-    names = (columns.id,) if columns.id else ID_COLUMNS
-    for name in names:
+    for name in id_columns(columns):
         value = data.get(name)
         if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
             return str(value)
