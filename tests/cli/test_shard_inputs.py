@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.helpers.corpus import generate_corpus
-from tests.helpers.shards import read_jsonl, stored_members
+from tests.helpers.shards import read_jsonl, shard, stored_members
 from vlmdata.formats import Manifest
 
 
@@ -109,3 +109,13 @@ def test_cli_shards_a_save_to_disk_folder_like_its_jsonl(tmp_path):
     assert r.stdout.strip().splitlines()[-1].startswith("sharded 6 rows -> 6 samples")
     assert vlmdata("shard", str(corpus / "data.jsonl"), "-o", str(tmp_path / "ref"), "--workers", "0").returncode == 0
     assert stored_members(tmp_path / "out") == stored_members(tmp_path / "ref")
+
+
+def test_a_table_beside_a_tar_is_still_read(tmp_path):
+    import tarfile
+
+    corpus = generate_corpus(tmp_path / "corpus", 3, seed=14, fmt="caption")
+    with tarfile.open(corpus / "images-backup.tar", "w") as tar:
+        tar.add(corpus / "images", arcname="images")
+    m = shard(corpus, tmp_path / "out")
+    assert m.num_samples == 3 and m.stats["input_formats"] == ["jsonl"]

@@ -2,7 +2,8 @@
 
 Tars written by other tools are already shards: `vlmdata index DIR` indexes them in place (no copy, see
 ingest.index_foreign). `vlmdata shard` reads raw rows, so given a tar, a brace or glob pattern of tars
-(`data/{00000..00009}.tar`, `data/*.tar`) or a folder holding tars, it stops before any work with one
+(`data/{00000..00009}.tar`, `data/*.tar`) or a folder of tars (a folder holding a table of its own
+beside a tar, e.g. `data.jsonl` and `images.tar`, is read as that table), it stops before any work with one
 line that names the exact command to run on the user's own folder(s).
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ import shlex
 
 from vlmdata.errors import ConfigError
 
-__all__ = ["SHARD_SUFFIXES", "holds_shards", "index_instead", "is_shard_name"]
+__all__ = ["SHARD_SUFFIXES", "index_instead", "is_shard_folder", "is_shard_name"]
 
 SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")     # what `vlmdata index` indexes
 _PATTERN_CHARS = "{*?["
@@ -22,9 +23,19 @@ def is_shard_name(url: str) -> bool:
     return url.lower().rstrip("/").endswith(SHARD_SUFFIXES)
 
 
-def holds_shards(fs, path: str) -> bool:
-    """True when a directory holds tar shards directly (img2dataset and webdataset write them flat)."""
-    return any(is_shard_name(p) for p in fs.ls(path, detail=False))
+def _stem(path: str) -> str:
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    for suffix in (*SHARD_SUFFIXES, ".parquet", ".jsonl", ".json", ".csv", ".tsv", ".ndjson"):
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def is_shard_folder(fs, path: str, tables: list[str]) -> bool:
+    """True when a directory holds tar shards directly (img2dataset and webdataset write them flat) and
+    no table of its own: img2dataset's per-shard `NNNNN.parquet` beside `NNNNN.tar` is not one."""
+    shards = {_stem(p) for p in fs.ls(path, detail=False) if is_shard_name(p)}
+    return bool(shards) and all(_stem(t) in shards for t in tables)
 
 
 def _folder_of(url: str, is_dir: bool) -> str:

@@ -25,7 +25,7 @@ from vlmdata import fsutil
 from vlmdata.errors import ConfigError
 from vlmdata.ingest.access import call_with_deadline
 from vlmdata.ingest.csv_rows import iter_csv_rows
-from vlmdata.ingest.foreign_shards import holds_shards, index_instead, is_shard_name
+from vlmdata.ingest.foreign_shards import index_instead, is_shard_folder, is_shard_name
 from vlmdata.ingest.hf_datasets import (
     HF_DATASET_FORMAT,
     dataset_label,
@@ -173,9 +173,9 @@ def resolve_input(url: str, input_format: str | None = None,
         if fmt == HF_DATASET_FORMAT:
             raise ConfigError(f"input {url} is not a datasets save_to_disk folder (no dataset_info.json and "
                               "state.json)")
-        if fmt is None and holds_shards(fs, path):
-            raise index_instead([url], {url})
         tables = _directory_tables(fs, path, only=fmt)
+        if fmt is None and is_shard_folder(fs, path, [t for t, _ in tables]):
+            raise index_instead([url], {url})
         if len(tables) == 1:
             return _join_like(url, tables[0][0], fs), tables[0][1]
         if len(tables) > 1:
