@@ -9,7 +9,9 @@ import json
 import pytest
 
 from tests.helpers.corpus import generate_corpus
+from tests.helpers.models import qwen_folder_or_skip
 from tests.helpers.shards import read_jsonl, shard, stored_members, wds_samples
+from vlmdata.ingest import RetokenizeConfig, retokenize_dataset
 
 
 def _data_url(path, variant: str = "plain") -> str:
@@ -95,3 +97,16 @@ def test_malformed_and_oversized_data_urls_are_counted(tmp_path):
     assert got["ok"]["0.jpg"] == got["percent"]["0.jpg"] == got["string-item"]["0.jpg"] == image
     assert "base64" in m.stats["examples"]["bad_data_url"]["detail"]
     assert "A" * 100 not in json.dumps(m.stats["examples"]), "a skip detail quotes the payload"
+
+
+def test_records_with_cut_data_urls_retokenize(tmp_path):
+    """The stored record keeps a cut data URL per image, so `vlmdata retokenize` still counts every image."""
+    corpus = generate_corpus(tmp_path / "corpus", 6, seed=15, fmt="openai")
+    rows = [_embed(r, corpus, "plain") for r in read_jsonl(corpus / "data.jsonl")]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = qwen_folder_or_skip()
+    m = shard(tmp_path / "rows.jsonl", tmp_path / "out", tokenizer=str(model))
+    assert m.num_samples == 6
+    result = retokenize_dataset(RetokenizeConfig(dataset=str(tmp_path / "out"), tokenizer=str(model), view="again",
+                                                 workers=0))
+    assert result.encoded == result.samples == 6 and result.skipped == {}
