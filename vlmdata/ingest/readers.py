@@ -3,7 +3,8 @@
 Formats: "json" (a top-level JSON array, e.g. LLaVA), "jsonl", "csv", "parquet",
 "folder" (images with sidecar .txt captions) and "hf-dataset" (a Hugging Face `datasets`
 `save_to_disk` folder, or a Dataset / IterableDataset object given as an input: ingest.hf_datasets).
-WebDataset tars are refused with the `vlmdata index` command to run (ingest.foreign_shards). Rows are plain dicts; a row
+WebDataset tars are refused with the `vlmdata index` command to run (ingest.foreign_shards); a
+remote input that cannot be reached is one ConfigError line. Rows are plain dicts; a row
 that cannot be parsed becomes a `Row` with `error` set, so it is counted, not lost.
 A malformed row costs one row and never the rest of its input (see
 `ingest.json_array`, `ingest.csv_rows`; a JSONL line is one row, whatever it
@@ -247,9 +248,9 @@ def open_inputs(urls: list, input_format: str | None, storage_options: dict | No
                 timeout: float = 60.0) -> list[InputSource]:
     """Resolve each input's format (config errors raised here, before any work).
 
-    An input is a URL, or a `datasets.Dataset` / `IterableDataset` (its rows read by `iter_rows` from the
-    `objects` it is given; relative image paths resolve against the current directory). Remote inputs
-    must answer within `timeout` seconds.
+    An input is a URL, or a `datasets.Dataset` / `IterableDataset` (its rows given to `iter_rows` by
+    ingest.hf_datasets.dataset_inputs; relative image paths resolve against the current directory unless
+    the access policy has an image root). Remote inputs must answer within `timeout` seconds.
     """
     if not urls:
         raise ConfigError("no input given")
