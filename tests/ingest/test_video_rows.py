@@ -33,7 +33,7 @@ def _video_rows() -> list[dict]:
 def test_video_rows_are_counted_and_nothing_else_is_lost(tmp_path):
     corpus = generate_corpus(tmp_path / "corpus", 8, seed=5, fmt="llava")
     rows = read_jsonl(corpus / "data.jsonl")
-    prose = {**rows[0], "id": "prose", "conversations": [
+    prose = {**rows[0], "id": "prose", "video": None, "videos": [], "conversations": [   # empty video columns
         {"from": "human", "value": "<image>\nIs this a frame of a video about videos?"},
         {"from": "gpt", "value": "Yes, a video still."}]}
     mixed = rows + [prose] + _video_rows()

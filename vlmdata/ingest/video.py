@@ -18,7 +18,8 @@ VIDEO_EXTS = (".mp4", ".m4v", ".mov", ".webm", ".mkv", ".avi", ".mpg", ".mpeg", 
 
 
 def _empty(value) -> bool:
-    return value is None or value == "" or value == [] or value == {}
+    """None, "", [], {}, False, 0: a video field that names no video (e.g. a table's empty column)."""
+    return value is None or (isinstance(value, (str, list, tuple, dict, bool, int, float)) and not value)
 
 
 def video_in_row(data: dict) -> str | None:
