@@ -179,6 +179,8 @@ class Skip:
     TEMPLATE_ERROR = "template_error"          # the model's chat template rejects the conversation
     DUPLICATE_KEY = "duplicate_key"
     DUPLICATE_IN_DATASET = "duplicate_in_dataset"   # the key is in a --dedup-against dataset
+    BAD_DATA_URL = "bad_data_url"              # a data: image URL that is malformed or not an image media type
+    VIDEO_UNSUPPORTED = "video_unsupported"    # a row carrying a video (video fields, <video>, video items)
     # images (vlmdata shard / vlmdata index)
     EMPTY_FILE = "empty_file"
     NOT_AN_IMAGE = "not_an_image"

@@ -85,3 +85,9 @@ def image_dir(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
     for name, data in files.items():
         (d / name).write_bytes(data)
     return d, files
+
+
+def stored_members(out: Path) -> dict[str, dict[str, bytes]]:
+    """Every sample's members except its source record (`json`): images and tokens, by key."""
+    return {key: {m: v for m, v in s.items() if m not in ("json", "__url__", "__local_path__")}
+            for key, s in wds_samples(out).items()}

@@ -23,9 +23,12 @@ from vlmdata.ingest.shard import ShardConfig, shard_dataset
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "shard", help="shard raw image-text data (LLaVA JSON/JSONL, caption JSONL/CSV/Parquet, image folders)",
+        "shard", help="shard raw image-text data (LLaVA / OpenAI JSON/JSONL, caption JSONL/CSV/Parquet, image "
+                      "folders, Hugging Face datasets folders)",
         description="Write WebDataset (or memmap) shards with a sample index, DALI .idx files and a manifest.")
-    p.add_argument("inputs", nargs="+", help="input files or folders (local paths or fsspec URLs)")
+    p.add_argument("inputs", nargs="+",
+                   help="input files or folders (local paths or fsspec URLs, hf:// with huggingface_hub), or a "
+                        "Hugging Face datasets save_to_disk folder; WebDataset tars: use `vlmdata index`")
     p.add_argument("-o", "--output", required=True, help="output dataset directory (local path or fsspec URL)")
     p.add_argument("--input-format", choices=(*INPUT_FORMATS, *INPUT_FORMAT_ALIASES), default=None,
                    help="override format auto-detection (llava/caption: a table file, its format detected; "

@@ -1,5 +1,6 @@
-"""Raw inputs to shards: readers, validation, tokenization, the sharding engines (local processes; Ray), indexing foreign tars, text views
-(`retokenize`), `inspect`, sample lengths against budgets (`lengths`), what a run skipped (`skips`)."""
+"""Raw inputs to shards: readers (tables, image folders, Hugging Face datasets; data: URLs), validation, tokenization,
+the sharding engines (local processes; Ray), indexing foreign tars, text views (`retokenize`), `inspect`, sample
+lengths against budgets (`lengths`), what a run skipped (`skips`)."""
 from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
@@ -16,7 +17,9 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "show_samples": "show",
     "Piece": "rendering", "TokenRenderer": "rendering", "format_pieces": "rendering",
     "INPUT_FORMATS": "readers", "INPUT_FORMAT_ALIASES": "readers", "detect_format": "readers",
-    "iter_json_array": "json_array", "resolve_input": "readers",
+    "iter_json_array": "json_array", "resolve_input": "readers", "Row": "readers", "open_inputs": "readers",
+    "RangedDataset": "hf_datasets", "dataset_inputs": "hf_datasets", "fill_rows": "hf_datasets",
+    "decode_data_url": "data_url",
     "ColumnSpec": "records", "normalize": "records",
     "CANONICAL_COLUMNS": "layouts", "detect_layout": "layouts", "parse_columns": "layouts",
     "RangeReader": "retokenize", "RetokenizeConfig": "retokenize", "RetokenizeResult": "retokenize",

@@ -23,6 +23,8 @@ then resolve against it). Nothing else is read:
   default 64 MiB) are `file_too_large` and are never read past the limit;
   remote reads stop at the limit too, and at `timeout` seconds (`read_timeout`).
 
+A `data:` URL is not a place but the bytes themselves: decoded within `max_bytes` (ingest.data_url).
+
 A rejected file's bytes never reach any output: skip details name the reference
 and the rule, never the content.
 """
@@ -40,8 +42,10 @@ from urllib.parse import urlsplit
 
 from vlmdata import fsutil
 from vlmdata.errors import ConfigError, RowProblem, Skip
+from vlmdata.ingest.data_url import decode_data_url, is_data_url
 
-__all__ = ["DEFAULT_MAX_IMAGE_BYTES", "DEFAULT_REMOTE_TIMEOUT", "AccessPolicy", "read_ref", "resolve_ref"]
+__all__ = ["DEFAULT_MAX_IMAGE_BYTES", "DEFAULT_REMOTE_TIMEOUT", "AccessPolicy", "call_with_deadline", "read_ref",
+           "resolve_ref"]
 
 DEFAULT_MAX_IMAGE_BYTES = 64 << 20       # larger than any real photo; bounds what one row can make us read
 DEFAULT_REMOTE_TIMEOUT = 60.0            # seconds for one remote image read
@@ -168,12 +172,15 @@ def _resolve_remote(url: str, scheme: str, root: str, policy: AccessPolicy) -> s
 
 
 def read_ref(ref, root: str, policy: AccessPolicy, storage_options: dict | None = None) -> bytes:
-    """The bytes an image reference names (embedded bytes as they are), read within the policy's bounds."""
+    """The bytes an image reference names (embedded bytes as they are, a `data:` URL decoded), read within the
+    policy's bounds."""
     if isinstance(ref, (bytes, bytearray, memoryview)):
         if len(ref) > policy.max_bytes:
             raise RowProblem(Skip.FILE_TOO_LARGE, f"embedded image of {len(ref)} bytes > --max-image-bytes "
                                                   f"{policy.max_bytes}")
         return bytes(ref)
+    if is_data_url(ref):
+        return decode_data_url(ref, policy.max_bytes)
     target = resolve_ref(ref, root, policy)
     if fsutil.is_local(target):
         return _local_bytes(target, root, policy)
@@ -236,7 +243,7 @@ def read_remote(url: str, policy: AccessPolicy, storage_options: dict) -> bytes:
             else:
                 data = sync(fs.loop, fs._cat_file, path, start=0, end=limit + 1, timeout=policy.timeout)
         else:
-            data = _with_deadline(lambda: _read_open(fs, path, limit), policy.timeout)
+            data = call_with_deadline(lambda: _read_open(fs, path, limit), policy.timeout)
     except FileNotFoundError:
         raise RowProblem(Skip.MISSING_FILE, f"{url}: not found") from None
     except TimeoutError:
@@ -273,7 +280,7 @@ def _read_open(fs, path: str, limit: int) -> bytes:
         return f.read(limit + 1)
 
 
-def _with_deadline(fn, timeout: float):
+def call_with_deadline(fn, timeout: float):
     """fn() in a daemon thread; TimeoutError if it has not returned after `timeout` seconds."""
     box: dict = {}
 

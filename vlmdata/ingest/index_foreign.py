@@ -39,6 +39,7 @@ from vlmdata.formats.sample_index import IndexBuilder
 from vlmdata.formats.tar_scan import CountingReader, TarEntry, is_utf8_name, scan_tar, split_key
 from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES
 from vlmdata.ingest.finalize import write_dataset_tables
+from vlmdata.ingest.foreign_shards import SHARD_SUFFIXES
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, MAX_IMAGES_PER_SAMPLE, check_image
 from vlmdata.ingest.job import merge_skips
 from vlmdata.ingest.lengths import LengthCounter, dataset_policy
@@ -46,7 +47,6 @@ from vlmdata.ingest.skips import SkipSummary, check_skip_fraction, check_skips
 from vlmdata.text.tokenizer import encode_conversation, load_tokenizer
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
-SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 JSON_TEXT_FIELDS = ("caption", "text", "txt", "prompt")
 
 

@@ -27,6 +27,8 @@ from vlmdata.formats.memmap import MemmapPartWriter
 from vlmdata.formats.sample import EncodedImage, safe_key
 from vlmdata.formats.shard_writer import WdsPartWriter, sample_bytes_estimate
 from vlmdata.ingest.access import AccessPolicy, read_ref
+from vlmdata.ingest.data_url import elide_data_urls, is_data_url
+from vlmdata.ingest.hf_datasets import RangedDataset, fill_rows
 from vlmdata.ingest.images import (
     MAX_IMAGES_PER_SAMPLE,
     ImageOptions,
@@ -82,6 +84,7 @@ class JobOptions:
     storage_options: dict = field(default_factory=dict)
     fsync: bool = True                       # fsync each file before its rename (power-loss safe)
     access: AccessPolicy = AccessPolicy()    # what rows may read, and the read bounds
+    datasets: tuple[RangedDataset, ...] = ()  # inputs whose rows the job reads by index (ingest.hf_datasets)
 
 
 @dataclass
@@ -150,6 +153,8 @@ class _Sampler:
             sample.turns = [("user", ""), ("assistant", self._sidecar(sample, root))]
             sample.meta["caption"] = sample.turns[1][1]
         check_text(sample)
+        if any(is_data_url(ref) for ref in sample.images):   # the record keeps no second copy of the images
+            sample.meta = elide_data_urls(sample.meta)
         if opts.format == "memmap":   # the memmap writer serialises the record after writing the images
             _serialisable(sample.meta)
         images, sizes = [], []
@@ -254,6 +259,8 @@ def run_job(spec: JobSpec, opts: JobOptions, report: Callable[[int, int], None] 
     stats = JobStats(job=spec.job, rows=len(spec.rows))
     parts = _Parts(opts, spec.job, text.image_token_id)
     unexpected = _Unexpected()
+    if opts.datasets:
+        fill_rows(spec.rows, opts.datasets, opts.storage_options)
     try:
         for done, row in enumerate(spec.rows, 1):
             try:

@@ -1,7 +1,10 @@
 """Streaming readers for raw inputs: every row of every input, in order, with bounded memory.
 
-Formats: "json" (a top-level JSON array, e.g. LLaVA), "jsonl", "csv", "parquet"
-and "folder" (images with sidecar .txt captions). Rows are plain dicts; a row
+Formats: "json" (a top-level JSON array, e.g. LLaVA), "jsonl", "csv", "parquet",
+"folder" (images with sidecar .txt captions) and "hf-dataset" (a Hugging Face `datasets`
+`save_to_disk` folder, or a Dataset / IterableDataset object given as an input: ingest.hf_datasets).
+WebDataset tars are refused with the `vlmdata index` command to run (ingest.foreign_shards); a
+remote input that cannot be reached is one ConfigError line. Rows are plain dicts; a row
 that cannot be parsed becomes a `Row` with `error` set, so it is counted, not lost.
 A malformed row costs one row and never the rest of its input (see
 `ingest.json_array`, `ingest.csv_rows`; a JSONL line is one row, whatever it
@@ -21,10 +24,20 @@ from fsspec.core import url_to_fs
 
 from vlmdata import fsutil
 from vlmdata.errors import ConfigError
+from vlmdata.ingest.access import call_with_deadline
 from vlmdata.ingest.csv_rows import iter_csv_rows
+from vlmdata.ingest.foreign_shards import index_instead, is_shard_folder, is_shard_name
+from vlmdata.ingest.hf_datasets import (
+    HF_DATASET_FORMAT,
+    dataset_label,
+    is_dataset_object,
+    read_saved_dataset,
+    saved_dataset_kind,
+    splits_of,
+)
 from vlmdata.ingest.json_array import MAX_ITEM_CHARS, BadRow, iter_json_array
 
-INPUT_FORMATS = ("json", "jsonl", "csv", "parquet", "folder")
+INPUT_FORMATS = ("json", "jsonl", "csv", "parquet", "folder", HF_DATASET_FORMAT)
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
 
 
@@ -39,6 +52,7 @@ class Row:
     id: str = ""               # source id, set by the sharder (see ingest.shard)
     duplicate: bool = False    # an earlier row of this run had the same key
     duplicate_in: str | None = None   # a --dedup-against dataset that already holds the key
+    partial: bool = False      # data holds only the id columns: the job reads the record (ingest.hf_datasets)
 
 
 @dataclass(frozen=True)
@@ -62,7 +76,8 @@ _TABLE_EXTS = ((".jsonl", "jsonl"), (".ndjson", "jsonl"), (".csv", "csv"), (".ts
 # caption rows; gen_raw's --format) mean "a table file, its container format detected" (None),
 # and a few common spellings of the container formats.
 INPUT_FORMAT_ALIASES: dict[str, str | None] = {"llava": None, "caption": None, "table": None, "ndjson": "jsonl",
-                                                "tsv": "csv", "imagefolder": "folder", "images": "folder"}
+                                                "tsv": "csv", "imagefolder": "folder", "images": "folder",
+                                                "datasets": HF_DATASET_FORMAT}
 
 
 def format_names() -> str:
@@ -144,11 +159,24 @@ def resolve_input(url: str, input_format: str | None = None,
     fmt = INPUT_FORMAT_ALIASES.get(input_format, input_format)
     fs, path = url_to_fs(url, **(storage_options or {}))
     if not fs.exists(path):
-        raise ConfigError(f"input {url} does not exist")
+        hint = ("; check the repository and path, and that the Hugging Face Hub can be reached (HF_HUB_OFFLINE "
+                "unset)") if url.startswith("hf://") else ""
+        raise ConfigError(f"input {url} does not exist{hint}")
     if fs.isdir(path):
         if fmt == "folder":
             return url, "folder"
+        saved = saved_dataset_kind(fs, path)
+        if saved == "dataset":
+            return url, HF_DATASET_FORMAT
+        if saved == "dict":
+            raise ConfigError(f"input {url} is a saved DatasetDict (splits {', '.join(splits_of(fs, path))}); "
+                              f"pass one split's folder, e.g. {fsutil.join(url, splits_of(fs, path)[0])}")
+        if fmt == HF_DATASET_FORMAT:
+            raise ConfigError(f"input {url} is not a datasets save_to_disk folder (no dataset_info.json and "
+                              "state.json)")
         tables = _directory_tables(fs, path, only=fmt)
+        if fmt is None and is_shard_folder(fs, path, [t for t, _ in tables]):
+            raise index_instead([url], {url})
         if len(tables) == 1:
             return _join_like(url, tables[0][0], fs), tables[0][1]
         if len(tables) > 1:
@@ -188,27 +216,72 @@ def describe_input(src: InputSource, storage_options: dict | None = None) -> str
     return f"{src.url} read as an image folder ({found})"
 
 
-def open_inputs(urls: list[str], input_format: str | None, storage_options: dict | None = None) -> list[InputSource]:
-    """Resolve each input's format (config errors raised here, before any work)."""
+_CLIENTS = {"hf": "huggingface_hub", "s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs"}
+
+
+def _resolve_reachable(url: str, input_format: str | None, so: dict | None, timeout: float) -> tuple[str, str]:
+    """resolve_input, with a remote store's failure (missing client, no route, no answer in `timeout`
+    seconds) as one ConfigError line."""
+    if fsutil.is_local(url):
+        return resolve_input(url, input_format, so)
+    try:
+        return call_with_deadline(lambda: resolve_input(url, input_format, so), timeout)
+    except ConfigError:
+        raise
+    except ImportError as exc:
+        scheme = url.split("://", 1)[0]
+        package = _CLIENTS.get(scheme)
+        need = f"needs the {package} package: pip install {package}" if package else str(exc).splitlines()[0][:200]
+        raise ConfigError(f"cannot read input {url}: {scheme}:// {need}") from None
+    except TimeoutError:
+        why = f"no answer within {timeout:g} s (--remote-timeout)"
+    except Exception as exc:   # every client raises its own types (httpx, aiohttp, botocore)
+        why = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    hint = ""
+    if url.startswith("hf://"):
+        hint = ("; the Hugging Face Hub cannot be reached (or HF_HUB_OFFLINE is set): download the dataset "
+                "where the Hub is reachable and pass the local copy")
+    raise ConfigError(f"cannot read input {url}: {why}{hint}") from None
+
+
+def open_inputs(urls: list, input_format: str | None, storage_options: dict | None = None,
+                timeout: float = 60.0) -> list[InputSource]:
+    """Resolve each input's format (config errors raised here, before any work).
+
+    An input is a URL, or a `datasets.Dataset` / `IterableDataset` (its rows given to `iter_rows` by
+    ingest.hf_datasets.dataset_inputs; relative image paths resolve against the current directory unless
+    the access policy has an image root). Remote inputs must answer within `timeout` seconds.
+    """
     if not urls:
         raise ConfigError("no input given")
+    shards = [u for u in urls if isinstance(u, str) and is_shard_name(u)]
+    if shards:
+        raise index_instead(shards)
     out = []
     for url in urls:
-        url, fmt = resolve_input(url, input_format, storage_options)
+        if is_dataset_object(url):
+            out.append(InputSource(url=dataset_label(url), format=HF_DATASET_FORMAT, base=os.getcwd()))
+            continue
+        if not isinstance(url, str):
+            raise ConfigError(f"input of type {type(url).__name__}: pass a path or URL, or a datasets.Dataset / "
+                              "IterableDataset (of a DatasetDict, one split: ds['train'])")
+        url, fmt = _resolve_reachable(url, input_format, storage_options, timeout)
         if fmt == "parquet":
             check_parquet(url, storage_options or {})
-        base = url if fmt == "folder" else _dirname(url)
+        base = url if fmt in ("folder", HF_DATASET_FORMAT) else _dirname(url)
         out.append(InputSource(url=url, format=fmt, base=base))
     return out
 
 
-def iter_rows(sources: list[InputSource], storage_options: dict | None = None) -> Iterator[Row]:
-    """All rows of all inputs, in order."""
+def iter_rows(sources: list[InputSource], storage_options: dict | None = None,
+              given: dict[int, tuple[Iterator[dict], bool]] | None = None) -> Iterator[Row]:
+    """All rows of all inputs, in order. `given` maps a source's number to its rows and whether they are
+    partial (id columns only; see ingest.hf_datasets.dataset_inputs), for inputs not read from their URL."""
     for i, src in enumerate(sources):
-        reader = _READERS[src.format]
-        for number, item in enumerate(reader(src.url, storage_options or {})):
+        items, partial = (given or {}).get(i) or (_READERS[src.format](src.url, storage_options or {}), False)
+        for number, item in enumerate(items):
             if isinstance(item, dict):
-                yield Row(i, number, item)
+                yield Row(i, number, item, partial=partial)
             else:
                 yield Row(i, number, None, error=str(item))
 
@@ -309,4 +382,4 @@ def _read_folder(url: str, so: dict) -> Iterator[dict | _BadRow]:
 
 
 _READERS = {"json": _read_json, "jsonl": _read_jsonl, "csv": _read_csv, "parquet": _read_parquet,
-            "folder": _read_folder}
+            "folder": _read_folder, HF_DATASET_FORMAT: read_saved_dataset}

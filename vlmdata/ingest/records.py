@@ -6,7 +6,8 @@ prompt; system turns stay system turns. Chat `messages`, the_cauldron and interl
 rows are normalised in `layouts`. Caption rows
 (JSONL/CSV/Parquet/folder) hold an image column and a text column, found by
 name (`--image-column` / `--text-column` override); they become a user turn
-holding the image(s) followed by the caption as the assistant turn.
+holding the image(s) followed by the caption as the assistant turn. A row that carries a video
+(ingest.video) is skipped as `video_unsupported` in every layout.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 
 from vlmdata.errors import RowProblem, Skip
 from vlmdata.ingest.layouts import apply_columns, detect_layout, normalize_layout
+from vlmdata.ingest.video import reject_video_refs, reject_video_row
 from vlmdata.text.conversation import Conversation, messages_from_turns, turns_from_messages
 from vlmdata.text.tokenizer import IMAGE_MARKER
 
@@ -54,10 +56,14 @@ class SourceSample:
         return Conversation(messages_from_turns(self.turns, len(self.images)), len(self.images))
 
 
+def id_columns(columns: ColumnSpec) -> tuple[str, ...]:
+    """The columns a row's id may come from, in order."""
+    return (columns.id,) if columns.id else ID_COLUMNS
+
+
 def row_id(data: dict, columns: ColumnSpec, fallback: str) -> str:
     """The row's source id (an id column, else `fallback`, e.g. input name + row number)."""
-    names = (columns.id,) if columns.id else ID_COLUMNS
-    for name in names:
+    for name in id_columns(columns):
         value = data.get(name)
         if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
             return str(value)
@@ -139,6 +145,7 @@ def _caption(data: dict, sid: str, columns: ColumnSpec, native: bool) -> SourceS
 def normalize(data: dict, sid: str, columns: ColumnSpec, native: bool = False) -> SourceSample:
     """A SourceSample for one row, or RowProblem. `native`: the row came from JSON (no bytes to hide)."""
     data = apply_columns(data, columns.mapping)
+    reject_video_row(data)
     layout = None if "conversations" in data else detect_layout(data)
     if "conversations" in data:
         sample = _llava(data, sid, native)
@@ -148,6 +155,7 @@ def normalize(data: dict, sid: str, columns: ColumnSpec, native: bool = False) -
                               meta=data if native else _json_safe(data), conversation=conv)
     else:
         sample = _caption(data, sid, columns, native)
+    reject_video_refs(sample.images)
     for ref in sample.images:
         if not isinstance(ref, (str, bytes)) or not ref:
             raise RowProblem(Skip.BAD_IMAGE_REF, f"image reference {ref!r:.60} is not a path, URL or bytes")

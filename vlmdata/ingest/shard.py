@@ -33,6 +33,7 @@ from vlmdata.formats.sample import safe_key
 from vlmdata.ingest.access import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_REMOTE_TIMEOUT, AccessPolicy
 from vlmdata.ingest.engine import ENGINES, run_jobs
 from vlmdata.ingest.finalize import write_dataset_tables
+from vlmdata.ingest.hf_datasets import dataset_inputs
 from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, VERIFY_MODES, ImageOptions
 from vlmdata.ingest.job import (
     JOBS_DIR,
@@ -44,7 +45,7 @@ from vlmdata.ingest.job import (
 )
 from vlmdata.ingest.lengths import LengthCounter, dataset_policy
 from vlmdata.ingest.readers import InputSource, Row, describe_input, format_names, iter_rows, open_inputs
-from vlmdata.ingest.records import ColumnSpec, row_id
+from vlmdata.ingest.records import ColumnSpec, id_columns, row_id
 from vlmdata.ingest.skips import SkipSummary, check_skip_fraction, check_skips
 from vlmdata.keyindex.build import open_dataset_keys
 from vlmdata.keyindex.dedup import IN_RUN, RunDedup
@@ -62,7 +63,7 @@ FORMATS = ("wds", "memmap")
 class ShardConfig:
     """Options of `vlmdata shard` (see `vlmdata shard --help`)."""
 
-    inputs: list[str]
+    inputs: list                      # paths / URLs, or datasets.Dataset / IterableDataset objects
     output: str
     input_format: str | None = None
     format: str = "wds"
@@ -233,9 +234,10 @@ class _JobStream:
     """Cuts the row stream into JobSpecs, assigning ids and duplicate flags on the way."""
 
     def __init__(self, cfg: ShardConfig, sources: list[InputSource], on_resumed: Callable[[dict], None],
-                 dedup: RunDedup):
+                 dedup: RunDedup, given: dict | None = None):
         self.cfg = cfg
         self.sources = sources
+        self.given = given             # rows of inputs not read from their URL (ingest.hf_datasets)
         self.on_resumed = on_resumed
         self.dedup = dedup
         self.jobs = 0
@@ -264,7 +266,7 @@ class _JobStream:
     def __iter__(self) -> Iterator[JobSpec]:
         n = self.cfg.max_samples_per_shard
         batch: list[Row] = []
-        for row in iter_rows(self.sources, self.cfg.storage_options):
+        for row in iter_rows(self.sources, self.cfg.storage_options, self.given):
             batch.append(self._name(row))
             if len(batch) == n:
                 yield from self._emit(batch)
@@ -406,16 +408,18 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
         if policy["kind"] != "fixed" or policy["size"] != cfg.image_size:
             raise ConfigError(f"--format memmap stores {cfg.image_size}px images, but the {tokenizer['family']} "
                               f"model's image policy is {policy}; use --format wds for this model")
-    sources = open_inputs(cfg.inputs, cfg.input_format, cfg.storage_options)
+    sources = open_inputs(cfg.inputs, cfg.input_format, cfg.storage_options, cfg.remote_timeout)
     fingerprint = _fingerprint(cfg, sources, tokenizer)
     _prepare_output(cfg, fingerprint)
     dedup = _open_dedup(cfg)
     workers = (os.cpu_count() or 1) if cfg.workers is None else cfg.workers
+    given, ranged = dataset_inputs(cfg.inputs, sources, id_columns(cfg.columns), cfg.storage_options)
     opts = JobOptions(output=cfg.output, sources=tuple(sources), format=cfg.format, image_size=cfg.image_size,
                       max_shard_bytes=cfg.max_shard_bytes,
                       images=ImageOptions(cfg.max_image_pixels, cfg.resize_max_side, cfg.quality, cfg.verify),
                       tokenizer=cfg.tokenizer, columns=cfg.columns, storage_options=cfg.storage_options,
-                      fsync=cfg.fsync, train_on=cfg.train_on, family=cfg.family, access=cfg.access())
+                      fsync=cfg.fsync, train_on=cfg.train_on, family=cfg.family, access=cfg.access(),
+                      datasets=ranged)
     results: list[dict] = []
     resumed = []
     tracker = _Progress(progress)
@@ -428,7 +432,7 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
         resumed.append(r["job"])
         done(r)
 
-    stream = _JobStream(cfg, sources, resumed_job, dedup)
+    stream = _JobStream(cfg, sources, resumed_job, dedup, given)
     try:
         run_jobs(cfg.engine, iter(stream), opts, workers, done, executor,
                  tracker.partial if progress is not None else None, progress_interval)
