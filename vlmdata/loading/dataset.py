@@ -22,7 +22,7 @@ import logging
 import os
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -46,7 +46,8 @@ from vlmdata.loading.shard_source import Source, open_source
 from vlmdata.loading.shared_position import SharedPosition
 from vlmdata.loading.text_views import check_text_views, choose_policy
 from vlmdata.metrics.counts import StatsDelta, take_fetch_stats
-from vlmdata.plan.assign import rank_packs
+from vlmdata.plan.assign import rank_packs, rank_step_samples
+from vlmdata.plan.balance import Balance
 from vlmdata.plan.epoch import Corpus, EpochPlanner, PlanOptions
 from vlmdata.plan.shared import PlanShare
 from vlmdata.retry import RetryPolicy
@@ -76,6 +77,9 @@ class DatasetOptions:
     plan_dir: a directory shared by all ranks of a node (e.g. /dev/shm/vlmdata-plans): each window of
         the epoch is then planned once per node. Default: a private directory per rank (made when the
         dataset is created, before its DataLoader workers start), so each window is planned once per rank.
+    balance: "compute", "tokens" or "none", or a vlmdata.plan.Balance (cost model, tolerance, block):
+        packs of similar cost side by side in the plan and each step's samples re-dealt among its ranks so
+        that no rank waits for a costlier one (docs/compute-balance.md). Part of the resume fingerprint.
     """
 
     mode: str = "pack"
@@ -87,6 +91,7 @@ class DatasetOptions:
     retry: RetryPolicy | None = None
     verify_index: bool = True
     plan_dir: str | None = None
+    balance: Balance | str = "none"
 
 
 def _resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -165,7 +170,8 @@ class VLMDataset(IterableDataset):
         self._check_sources()
         self.plan_options = PlanOptions(max_tokens=int(max_tokens), max_images=int(max_images),
                                         window_shards=self.options.window_shards, mode=self.options.mode,
-                                        overlong=self.options.overlong, mix_samples=self.options.mix_samples)
+                                        overlong=self.options.overlong, mix_samples=self.options.mix_samples,
+                                        balance=self._balance())
         self.corpus = Corpus.build([s.planning for s in self.sources], [s.shard_sizes() for s in self.sources],
                                    [w for _, w in specs])
         special = self.sources[0].tokenizer.get("special", {})
@@ -188,6 +194,11 @@ class VLMDataset(IterableDataset):
         self._owner_pid = os.getpid()                 # decoder and thread pool belong to this process
         self._position = SharedPosition()             # epoch + cursor for persistent DataLoader workers
         self._position_gen = 0                        # the generation of it this copy has applied
+
+    def _balance(self) -> Balance:
+        """The balance of the options, its cost model counting the image policy's patches per token."""
+        balance = Balance.of(self.options.balance)
+        return replace(balance, cost=balance.cost.for_policy(self.policy)) if balance.active else balance
 
     # ---- configuration checks ---------------------------------------------------------------
     def _check_sources(self) -> None:
@@ -395,7 +406,7 @@ class VLMDataset(IterableDataset):
         if self._worker_resume is not None:
             base, step = self._worker_resume["base"], self._worker_resume["next_step"]
         window = _Window()
-        for item in rank_packs(planner, base, self.world_size, self.rank, step, nw):
+        for item in rank_packs(planner, base, self.world_size, self.rank, step, nw, self.plan_options.balance):
             key = "tail" if item.window is None else item.window
             if window.key != key:
                 window = _Window()
@@ -403,6 +414,9 @@ class VLMDataset(IterableDataset):
                 if item.window is not None:
                     self._announce(planner, item.window, base, item.step, nw)
             batch = self._make_batch(item.samples, window, item.dropped)
+            if item.cost is not None:
+                batch["stats"]["compute_flops"] = item.cost
+                batch["stats"]["step_imbalance"] = item.imbalance
             hint = planner.anchor_for(item.cursor)
             state = self._state(item.cursor, hint)
             batch["state"] = state
@@ -447,7 +461,8 @@ class VLMDataset(IterableDataset):
         while base + s * world + rank < hi:
             g = base + s * world + rank
             if g >= lo and planner.ensure(g + world - 1 - rank):   # tail steps are announced as they come
-                shards.extend(self.corpus.shard_of(planner.pack_samples(g)[0]).tolist())
+                samples = rank_step_samples(planner, g - rank, world, rank, self.plan_options.balance)
+                shards.extend(self.corpus.shard_of(samples).tolist())
             s += nw
         return list(dict.fromkeys(shards))
 
