@@ -55,3 +55,15 @@ def test_unknown_balance_is_a_clear_error(corpus):  # noqa: F811
     root, _ = corpus
     with pytest.raises(ValueError, match="balance target must be one of"):
         dataset(root, options=DatasetOptions(balance="fastest"))
+
+
+def test_balance_is_part_of_the_fingerprint_and_none_keeps_the_old_one(corpus):  # noqa: F811
+    root, _ = corpus
+    plain, balanced = dataset(root), dataset(root, options=BALANCED)
+    assert plain.fingerprint != balanced.fingerprint                   # another pack order: no silent resume
+    state = run(plain)[2]["state"]
+    with pytest.raises(ValueError, match="balance"):
+        balanced.load_state_dict(state)
+    # without a balance the plan's identity is what it was before balancing existed
+    assert "balance" not in plain._plan_identity()
+    assert plain._plan_identity() == {k: v for k, v in vars(plain.plan_options).items() if k != "balance"}

@@ -182,3 +182,15 @@ def test_step_imbalance_and_flops_reach_the_metrics():
     reg = metrics.registry
     assert reg.get_sample_value("vlmdata_compute_flops_total", {"rank": "1"}) == pytest.approx(a.cost)
     assert reg.get_sample_value("vlmdata_step_imbalance_ratio_count", {"rank": "1"}) == 1
+
+
+def test_balanced_plan_through_a_plan_share_equals_the_local_one(tmp_path):
+    from vlmdata.plan import PlanShare
+    local = schedule_balanced(make_planner(), 4, 1, COMPUTE)
+    p = make_planner()
+    store = PlanShare.at(str(tmp_path)).store("balanced", p.num_windows)
+    shared = EpochPlanner(p.corpus, QWEN, p.options, p.seed, p.epoch, store=store)
+    again = schedule_balanced(shared, 4, 1, COMPUTE)                   # vision columns read back from the files
+    assert {r: [a.samples.tolist() for a in v] for r, v in again.items()} == \
+        {r: [a.samples.tolist() for a in v] for r, v in local.items()}
+    assert store.get(0, lambda: None).image_squares is not None

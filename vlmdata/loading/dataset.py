@@ -216,16 +216,23 @@ class VLMDataset(IterableDataset):
         decoder, cache type, decode placement and mode."""
         sources = [{"url": s.root, "manifest_sha256": hashlib.sha256(s.manifest.to_json().encode()).hexdigest()[:24],
                     "samples": s.num_samples} for s in self.sources]
-        return {"sources": sources, "plan": asdict(self.plan_options), "policy": self.policy.to_dict(),
+        return {"sources": sources, "plan": self._plan_identity(), "policy": self.policy.to_dict(),
                 "decoder": self.decoder_name, "cache": type(self.cache).__qualname__,
                 "defer_decode": self.options.defer_decode, "mode": self.options.mode}
+
+    def _plan_identity(self) -> dict:
+        """The plan options as fingerprinted: without a balance, as before there was one (old states resume)."""
+        plan = asdict(self.plan_options)
+        if not self.plan_options.balance.active:
+            del plan["balance"]
+        return plan
 
     def _fingerprint(self, weights: list[float]) -> str:
         # the shards' names and checksums identify a dataset wherever it lives (a copy moved to S3 resumes)
         ident = [hashlib.sha1(";".join(f"{x.name}:{x.crc32}:{x.samples}" for x in s.manifest.shards).encode())
                  .hexdigest() for s in self.sources]
         desc = {"sources": ident, "weights": weights,
-                "plan": asdict(self.plan_options), "policy": self.policy.to_dict(), "seed": self.seed}
+                "plan": self._plan_identity(), "policy": self.policy.to_dict(), "seed": self.seed}
         views = [s.view_name for s in self.sources]
         if any(v != "default" for v in views):   # the text view changes the packs (datasets before views: unchanged)
             desc["views"] = views
@@ -271,7 +278,7 @@ class VLMDataset(IterableDataset):
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"state version {state.get('version')} is not {STATE_VERSION}")
         if state.get("fingerprint") != self.fingerprint:
-            raise ValueError("this state belongs to a dataset with other sources, seed, budgets or image policy; "
+            raise ValueError("this state belongs to a dataset with other sources, seed, budgets, image policy or balance; "
                              "create the VLMDataset with the same settings to resume")
         self._epoch = int(state["epoch"])
         self._cursor = int(state["cursor"])
