@@ -11,17 +11,18 @@ Two parts, both deterministic:
   come before costlier ones (or the reverse); which samples a pack holds is
   still the shuffled packer's.
 * **Each step's deal** (`balance_step`, used by `assign.rank_packs`). A step
-  is `world` consecutive packs of the global sequence, one per rank;
-the step's time is its slowest rank's. Which packs form a step is fixed by the
-plan (so exactly once, the world-size independent order and resume from any
-cursor hold as before); balancing only re-deals the step's samples among its
-packs. Starting from the planned packs (all within the token and image
-budgets), it repeatedly takes the costliest pack and makes the single move of
-one of its samples to another pack, or swap with one of another pack's, that
-lowers the larger of the two packs' costs most while both stay within budget.
-It stops when the costliest pack is within `tolerance` of the step's mean or
-no move lowers it. The result is a pure function of the step's packs, so every
-rank (and worker) computes the same deal, from (seed, epoch, step) alone.
+  is `world` consecutive packs of the global sequence, one per rank; its time
+  is its slowest rank's. Which packs form a step is fixed by the plan (so
+  exactly once, the world-size independent order and resume from any cursor
+  hold as before); the deal only moves the step's samples between its packs,
+  within the token and image budgets. Two candidates: the planned packs, and a
+  greedy deal (costliest sample first, into the cheapest pack it fits; it fails
+  when the packs are too full to be dealt differently). Each is improved by
+  local search: the single move of a sample out of the costliest pack, or swap
+  with another pack's sample, that lowers the larger of the two packs' costs
+  most, until the costliest is within `tolerance` of the mean or no move helps.
+  The candidate with the lower maximum wins. The deal is a pure function of the
+  step's packs, so every rank (and worker) computes the same one.
 
 `target`: "compute" (the `CostModel`'s FLOPs), "tokens" (planned tokens) or
 "none" (the planned packs as they are, in the shuffled order).
