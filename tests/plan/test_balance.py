@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 
 from vlmdata.decode import DynamicPolicy
-from vlmdata.metrics import MetricSet
-from vlmdata.metrics.counts import StatsDelta
+from vlmdata.metrics import MetricSet, StatsDelta
 from vlmdata.plan import Balance, Corpus, CostModel, EpochPlanner, PlanOptions, balance_step, serpentine_order
 from vlmdata.testing import image_and_word_counts, image_sizes
 
