@@ -10,6 +10,7 @@ from vlmdata._lazy import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     # loading for training
     "VLMDataset": "loading.dataset", "DatasetOptions": "loading.dataset", "make_loader": "loading.loader",
+    "Balance": "plan.balance", "CostModel": "plan.cost",
     "CacheConfig": "cache.config",
     "FixedPolicy": "decode.policy", "DynamicPolicy": "decode.policy", "ImagePolicy": "decode.policy",
     # sharding and the dataset's description

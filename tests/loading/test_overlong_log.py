@@ -22,7 +22,7 @@ SETTINGS = {"max_tokens": 600, "max_images": 4}
 HEAD = re.compile(r"epoch (\d+), rank 0 of 1, worker (\d+) of (\d+): of (\d+) samples, (\d+) truncated to "
                   r"max_tokens=600 \(cut at the text tail\)")
 OVERLONG = re.compile(r"(\d+) dropped as overlong \(their image tokens alone reach max_tokens\)")
-TOO_MANY = re.compile(r"(\d+) dropped as too_many_images \(more than max_images=4\)")
+TOO_MANY = re.compile(r"(\d+) dropped as too_many_images \(over the pack.s image budget, max_images=4\)")
 
 
 def parse(line: str) -> tuple[int, ...] | None:

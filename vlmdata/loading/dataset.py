@@ -22,7 +22,7 @@ import logging
 import os
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -49,7 +49,8 @@ from vlmdata.loading.shard_source import Source, open_source
 from vlmdata.loading.shared_position import SharedPosition
 from vlmdata.loading.text_views import check_text_views, choose_pack_limits, choose_policy
 from vlmdata.metrics.counts import StatsDelta, take_fetch_stats
-from vlmdata.plan.assign import rank_packs
+from vlmdata.plan.assign import rank_packs, rank_step_samples
+from vlmdata.plan.balance import Balance
 from vlmdata.plan.epoch import Corpus, EpochPlanner, PlanOptions
 from vlmdata.plan.shared import PlanShare
 from vlmdata.retry import RetryPolicy
@@ -81,6 +82,9 @@ class DatasetOptions:
     plan_dir: a directory shared by all ranks of a node (e.g. /dev/shm/vlmdata-plans): each window of
         the epoch is then planned once per node. Default: a private directory per rank (made when the
         dataset is created, before its DataLoader workers start), so each window is planned once per rank.
+    balance: "compute", "tokens" or "none", or a vlmdata.plan.Balance (cost model, tolerance, block):
+        packs of similar cost side by side in the plan and each step's samples re-dealt among its ranks so
+        that no rank waits for a costlier one (docs/compute-balance.md). Part of the resume fingerprint.
     """
 
     mode: str = "pack"
@@ -92,6 +96,7 @@ class DatasetOptions:
     retry: RetryPolicy | None = None
     verify_index: bool = True
     plan_dir: str | None = None
+    balance: Balance | str = "none"
     length: str = "exact"
 
     def __post_init__(self) -> None:
@@ -188,7 +193,8 @@ class VLMDataset(IterableDataset):
         max_images, max_patches = choose_pack_limits(self.policy, max_tokens, max_images, max_patches)
         self.plan_options = PlanOptions(max_tokens=int(max_tokens), max_images=max_images, max_patches=max_patches,
                                         window_shards=self.options.window_shards, mode=self.options.mode,
-                                        overlong=self.options.overlong, mix_samples=self.options.mix_samples)
+                                        overlong=self.options.overlong, mix_samples=self.options.mix_samples,
+                                        balance=self._balance())
         self.corpus = Corpus.build([s.planning for s in self.sources], [s.shard_sizes() for s in self.sources],
                                    [w for _, w in specs])
         special = self.sources[0].tokenizer.get("special", {})
@@ -213,6 +219,11 @@ class VLMDataset(IterableDataset):
         self._position_gen = 0                        # the generation of it this copy has applied
         self._lengths: dict[tuple[int, str], int] = {}  # (epoch, "exact" | "estimate") -> len
 
+    def _balance(self) -> Balance:
+        """The balance of the options, its cost model counting the image policy's patches per token."""
+        balance = Balance.of(self.options.balance)
+        return replace(balance, cost=balance.cost.for_policy(self.policy)) if balance.active else balance
+
     # ---- configuration checks ---------------------------------------------------------------
     def _check_sources(self) -> None:
         for s in self.sources:
@@ -229,18 +240,26 @@ class VLMDataset(IterableDataset):
         decoder, cache type, decode placement and mode."""
         sources = [{"url": s.root, "manifest_sha256": hashlib.sha256(s.manifest.to_json().encode()).hexdigest()[:24],
                     "samples": s.num_samples} for s in self.sources]
-        return {"sources": sources, "plan": asdict(self.plan_options), "policy": self.policy.to_dict(),
+        return {"sources": sources, "plan": self._plan_identity(), "policy": self.policy.to_dict(),
                 "decoder": self.decoder_name, "cache": type(self.cache).__qualname__,
                 "defer_decode": self.options.defer_decode, "mode": self.options.mode}
+
+    def _plan_identity(self) -> dict:
+        """The plan options as fingerprinted: without a balance or a patch budget, as before they existed
+        (old states resume)."""
+        plan = asdict(self.plan_options)
+        if not self.plan_options.balance.active:
+            del plan["balance"]
+        if plan["max_patches"] is None:           # no patch budget: the fingerprint of datasets before it
+            del plan["max_patches"]
+        return plan
 
     def _fingerprint(self, weights: list[float]) -> str:
         # the shards' names and checksums identify a dataset wherever it lives (a copy moved to S3 resumes)
         ident = [hashlib.sha1(";".join(f"{x.name}:{x.crc32}:{x.samples}" for x in s.manifest.shards).encode())
                  .hexdigest() for s in self.sources]
-        plan = asdict(self.plan_options)
-        if plan["max_patches"] is None:           # no patch budget: the fingerprint of datasets before it
-            del plan["max_patches"]
-        desc = {"sources": ident, "weights": weights, "plan": plan, "policy": self.policy.to_dict(), "seed": self.seed}
+        desc = {"sources": ident, "weights": weights,
+                "plan": self._plan_identity(), "policy": self.policy.to_dict(), "seed": self.seed}
         views = [s.view_name for s in self.sources]
         if any(v != "default" for v in views):   # the text view changes the packs (datasets before views: unchanged)
             desc["views"] = views
@@ -286,7 +305,7 @@ class VLMDataset(IterableDataset):
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"state version {state.get('version')} is not {STATE_VERSION}")
         if state.get("fingerprint") != self.fingerprint:
-            raise ValueError("this state belongs to a dataset with other sources, seed, budgets or image policy; "
+            raise ValueError("this state belongs to a dataset with other sources, seed, budgets, image policy or balance; "
                              "create the VLMDataset with the same settings to resume")
         self._epoch = int(state["epoch"])
         self._cursor = int(state["cursor"])
@@ -442,9 +461,10 @@ class VLMDataset(IterableDataset):
             base, step = self._worker_resume["base"], self._worker_resume["next_step"]
         window = _Window()
         opt = self.plan_options
-        tally, finished = LengthTally(opt.max_tokens, opt.max_images, opt.overlong), False
+        budget = f"max_patches={opt.max_patches}" if opt.max_patches is not None else f"max_images={opt.max_images}"
+        tally, finished = LengthTally(opt.max_tokens, budget, opt.overlong), False
         try:
-            for item in rank_packs(planner, base, self.world_size, self.rank, step, nw):
+            for item in rank_packs(planner, base, self.world_size, self.rank, step, nw, self.plan_options.balance):
                 key = "tail" if item.window is None else item.window
                 if window.key != key:
                     window = _Window()
@@ -452,6 +472,9 @@ class VLMDataset(IterableDataset):
                     if item.window is not None:
                         self._announce(planner, item.window, base, item.step, nw)
                 batch = self._make_batch(item.samples, window, item.dropped)
+                if item.cost is not None:
+                    batch["stats"]["compute_flops"] = item.cost
+                    batch["stats"]["step_imbalance"] = item.imbalance
                 tally.add(batch["stats"])
                 hint = planner.anchor_for(item.cursor)
                 state = self._state(item.cursor, hint)
@@ -502,7 +525,8 @@ class VLMDataset(IterableDataset):
         while base + s * world + rank < hi:
             g = base + s * world + rank
             if g >= lo and planner.ensure(g + world - 1 - rank):   # tail steps are announced as they come
-                shards.extend(self.corpus.shard_of(planner.pack_samples(g)[0]).tolist())
+                samples = rank_step_samples(planner, g - rank, world, rank, self.plan_options.balance)
+                shards.extend(self.corpus.shard_of(samples).tolist())
             s += nw
         return list(dict.fromkeys(shards))
 

@@ -2,7 +2,7 @@
 
 The over-length policy itself is the plan's (`plan.epoch`: a sample longer than `max_tokens` is
 planned at `max_tokens` and cut at its text tail by collate, or dropped as `overlong` when its
-image tokens alone reach `max_tokens` or with `overlong="drop"`; more than `max_images` images
+image tokens alone reach `max_tokens` or with `overlong="drop"`; more than the pack's image budget (`max_images` images or `max_patches` vision patches)
 drop it as `too_many_images`). The counts travel in each pack's `stats` (`truncated`,
 `skipped[overlong|too_many_images]`, hence the `vlmdata_truncated_samples_total` and
 `vlmdata_skipped_samples_total{reason=...}` metrics); `LengthTally` adds up what one worker
@@ -24,9 +24,9 @@ DROP_REASONS = (Skip.OVERLONG, Skip.TOO_MANY_IMAGES)
 class LengthTally:
     """The truncated and dropped samples of one worker's epoch, from its packs' `stats`."""
 
-    def __init__(self, max_tokens: int, max_images: int, overlong: str):
+    def __init__(self, max_tokens: int, image_budget: str, overlong: str):
         self.max_tokens = max_tokens
-        self.max_images = max_images
+        self.image_budget = image_budget      # e.g. "max_images=16" or "max_patches=32768"
         self.overlong = overlong
         self.samples = 0          # delivered, truncated ones included
         self.truncated = 0
@@ -55,7 +55,7 @@ class LengthTally:
             parts.append(f"{over} dropped as {Skip.OVERLONG} ({why})")
         many = self.dropped[Skip.TOO_MANY_IMAGES]
         if many:
-            parts.append(f"{many} dropped as {Skip.TOO_MANY_IMAGES} (more than max_images={self.max_images})")
+            parts.append(f"{many} dropped as {Skip.TOO_MANY_IMAGES} (over the pack's image budget, {self.image_budget})")
         return (f"{where}: of {seen} samples, {', '.join(parts)}; counted in batch['stats'] and the "
                 f"vlmdata_truncated_samples_total / vlmdata_skipped_samples_total metrics")
 

@@ -27,7 +27,8 @@ class StatsDelta:
 
     The per-tier fields (`cache_hits`, `cache_misses`, `fetch_bytes`, `evictions`)
     map a tier name (see TIERS) to a count; `prefetch_lead` is the latest value of
-    the gauge (None = not measured).
+    the gauge (None = not measured). `compute_flops` is the packs' cost under a balanced
+    plan (plan.balance), `step_imbalance` the latest pack's step's slowest / mean rank cost.
     """
 
     samples: int = 0
@@ -37,15 +38,18 @@ class StatsDelta:
     packs: int = 0
     truncated: int = 0
     decode_seconds: float = 0.0
+    compute_flops: float = 0.0
     skipped: Counter = field(default_factory=Counter)
     cache_hits: Counter = field(default_factory=Counter)
     cache_misses: Counter = field(default_factory=Counter)
     fetch_bytes: Counter = field(default_factory=Counter)
     evictions: Counter = field(default_factory=Counter)
     prefetch_lead: float | None = None
+    step_imbalance: float | None = None
 
+    _LATEST = ("prefetch_lead", "step_imbalance")
     _COUNTERS = ("skipped", "cache_hits", "cache_misses", "fetch_bytes", "evictions")
-    _SCALARS = ("samples", "images", "real_tokens", "padded_tokens", "packs", "truncated", "decode_seconds")
+    _SCALARS = ("samples", "images", "real_tokens", "padded_tokens", "packs", "truncated", "decode_seconds", "compute_flops")
 
     def record_fetch(self, tier: str, hit: bool, nbytes: int = 0) -> None:
         """Count one cache lookup in `tier`; `nbytes` read from that tier."""
@@ -61,25 +65,26 @@ class StatsDelta:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name in self._COUNTERS:
             _add_counts(getattr(self, name), getattr(other, name))
-        if other.prefetch_lead is not None:
-            self.prefetch_lead = other.prefetch_lead
+        for name in self._LATEST:
+            if getattr(other, name) is not None:
+                setattr(self, name, getattr(other, name))
         return self
 
     def is_empty(self) -> bool:
         return (not any(getattr(self, n) for n in self._SCALARS + self._COUNTERS)
-                and self.prefetch_lead is None)
+                and all(getattr(self, n) is None for n in self._LATEST))
 
     def to_dict(self) -> dict:
         d = {name: getattr(self, name) for name in self._SCALARS}
         d.update({name: dict(getattr(self, name)) for name in self._COUNTERS})
-        d["prefetch_lead"] = self.prefetch_lead
+        d.update({name: getattr(self, name) for name in self._LATEST})
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping) -> StatsDelta:
         """Inverse of to_dict; missing keys take their defaults, unknown keys are an error."""
         d = dict(d)
-        unknown = set(d) - set(cls._SCALARS) - set(cls._COUNTERS) - {"prefetch_lead"}
+        unknown = set(d) - set(cls._SCALARS) - set(cls._COUNTERS) - set(cls._LATEST)
         if unknown:
             raise ValueError(f"unknown StatsDelta fields: {sorted(unknown)}")
         for name in cls._COUNTERS:
@@ -87,8 +92,9 @@ class StatsDelta:
         for name in cls._SCALARS:
             if name in d:
                 d[name] = _plain(d[name])
-        if d.get("prefetch_lead") is not None:
-            d["prefetch_lead"] = float(_plain(d["prefetch_lead"]))
+        for name in cls._LATEST:
+            if d.get(name) is not None:
+                d[name] = float(_plain(d[name]))
         return cls(**d)
 
 

@@ -22,6 +22,8 @@ What is exported (the `rank` label is absent when `rank_labels=False`):
 |---|---|---|
 | vlmdata_samples_total, _images_total, _real_tokens_total, _padding_tokens_total, _packs_total | counter | rank |
 | vlmdata_truncated_samples_total, vlmdata_decode_seconds_total | counter | rank |
+| vlmdata_compute_flops_total | counter | rank |
+| vlmdata_step_imbalance_ratio | histogram | rank |
 | vlmdata_skipped_samples_total | counter | rank, reason |
 | vlmdata_data_wait_seconds_total, _step_seconds_total, _steps_total | counter | rank |
 | vlmdata_step_duration_seconds | histogram | rank |
@@ -47,9 +49,10 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from vlmdata.metrics.counts import StatsDelta
 
-__all__ = ["STEP_BUCKETS", "MetricSet", "exported_series"]
+__all__ = ["IMBALANCE_BUCKETS", "STEP_BUCKETS", "MetricSet", "exported_series"]
 
 STEP_BUCKETS = (0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30)
+IMBALANCE_BUCKETS = (1.0, 1.01, 1.02, 1.03, 1.05, 1.1, 1.2, 1.5, 2.0)
 
 
 class MetricSet:
@@ -69,6 +72,11 @@ class MetricSet:
         self.skipped = PCounter("vlmdata_skipped_samples_total", "Samples skipped, by reason", rank + ["reason"], registry=r)
         self.truncated = PCounter("vlmdata_truncated_samples_total", "Samples truncated to max_tokens", rank, registry=r)
         self.decode_seconds = PCounter("vlmdata_decode_seconds_total", "Seconds spent decoding images", rank, registry=r)
+        self.compute_flops = PCounter("vlmdata_compute_flops_total",
+                                      "Training FLOPs of the packs delivered (the balance's cost model)", rank, registry=r)
+        self.step_imbalance = Histogram("vlmdata_step_imbalance_ratio",
+                                        "Slowest / mean rank cost of each step (balanced plans)", rank, registry=r,
+                                        buckets=IMBALANCE_BUCKETS)
         # training loop
         self.data_wait_seconds = PCounter("vlmdata_data_wait_seconds_total", "Seconds the consumer waited for data", rank, registry=r)
         self.step_seconds = PCounter("vlmdata_step_seconds_total", "Seconds in training steps, data wait included", rank, registry=r)
@@ -123,7 +131,7 @@ class MetricSet:
         for attr, metric in (("samples", self.samples), ("images", self.images),
                              ("real_tokens", self.real_tokens), ("padded_tokens", self.padded_tokens),
                              ("packs", self.packs), ("truncated", self.truncated),
-                             ("decode_seconds", self.decode_seconds)):
+                             ("decode_seconds", self.decode_seconds), ("compute_flops", self.compute_flops)):
             value = getattr(delta, attr)
             if value:
                 self._by_rank(metric, rank).inc(value)
@@ -135,6 +143,8 @@ class MetricSet:
                 metric.labels(tier=str(tier)).inc(n)
         if delta.prefetch_lead is not None:
             self.prefetch_lead.set(delta.prefetch_lead)
+        if delta.step_imbalance is not None:
+            self._by_rank(self.step_imbalance, rank).observe(delta.step_imbalance)
 
     def observe_wait(self, seconds: float, rank: int | str = 0) -> None:
         """Time the consumer spent blocked waiting for the next batch."""

@@ -1,8 +1,12 @@
-"""Pure-numpy planning: shuffle, sample lengths, packing, bucketing, rank/worker assignment, shared windows."""
+"""Pure-numpy planning: shuffle, sample lengths, packing, bucketing, rank/worker assignment, compute balance
+(cost model, balanced steps), shared windows."""
 from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
-    "rank_packs": "assign", "split_tail": "assign",
+    "Assigned": "assign", "rank_packs": "assign", "rank_step_samples": "assign", "split_tail": "assign",
+    "step_deal": "assign",
+    "Balance": "balance", "StepDeal": "balance", "balance_step": "balance", "serpentine_order": "balance",
+    "CostModel": "cost", "lm_coefficients": "cost", "vit_coefficients": "cost",
     "bucket": "bucketing", "padded_ratio": "bucketing",
     "ArrayColumns": "epoch", "Corpus": "epoch", "EpochPlanner": "epoch", "PlanOptions": "epoch",
     "ShardColumns": "epoch",

@@ -12,6 +12,11 @@ fewer samples than there are ranks, the ranks left over get an empty pack (one
 padding token, no label, no sample): they still take the step, with nothing to
 learn from.
 
+With a `Balance` (plan/balance.py) the step's samples are re-dealt among its
+`world` packs so that the ranks' costs are even (the tail's too, after its
+split); which samples a step holds, and so the cursor, is the same as without.
+Bucket-mode packs are never re-dealt (a bucket is padded to its longest sample).
+
 DataLoader worker w of nw takes the rank's steps w, w + nw, ... so the
 DataLoader's in-order round robin hands the packs out in the rank's order.
 """
@@ -22,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from vlmdata.plan.balance import Balance, StepDeal, balance_step
 
 
 def rank_pack(cursor: int, step: int, world: int, rank: int) -> int:
@@ -66,21 +73,68 @@ class Assigned:
     cursor: int
     window: int | None                     # window of the pack, None for the re-split tail
     dropped: Counter = field(default_factory=Counter)
+    cost: float | None = None              # the pack's cost under the balance target (None: not balanced)
+    imbalance: float | None = None         # the step's slowest / mean rank cost, after balancing
+    imbalance_before: float | None = None  # ... and as planned
+
+
+def _deal(planner, parts: list[np.ndarray], source: range, balance: Balance) -> StepDeal:
+    """Balance a step whose packs hold `parts`: the samples of global packs `source`, dealt in any way."""
+    facts: dict[int, tuple] = {}
+    for g in source:
+        samples, tokens, images = planner.pack_samples(g)
+        vis_tokens, vis_squares = planner.pack_vision(g)
+        facts.update(zip(samples.tolist(), zip(tokens.tolist(), images.tolist(), vis_tokens.tolist(),
+                                               vis_squares.tolist())))
+    columns = [np.asarray([facts[i] for i in p.tolist()], dtype=np.int64).reshape(-1, 4) for p in parts]
+    costs = [balance.costs(c[:, 0], c[:, 2], c[:, 3]) for c in columns]
+    opts = planner.options
+    # the pack's image budget as the planner applies it: images (max_images), vision patches (max_patches)
+    merge = int(getattr(planner.policy, "merge", 1))
+    budgets = [opts.image_budget(c[:, 1], c[:, 2], merge) for c in columns]
+    limit = budgets[0][1] if budgets else 0
+    return balance_step(parts, [c[:, 0] for c in columns], [b[0] for b in budgets], costs,
+                        opts.max_tokens, limit, balance)
+
+
+def step_deal(planner, start: int, world: int, balance: Balance) -> StepDeal:
+    """The balanced deal of the full step made of global packs start .. start + world - 1."""
+    source = range(start, start + world)
+    return _deal(planner, [planner.pack_samples(g)[0] for g in source], source, balance)
+
+
+def balances(planner, balance: Balance | None) -> bool:
+    """Whether steps of this planner are re-dealt under `balance`."""
+    return balance is not None and balance.active and planner.options.mode == "pack"
+
+
+def rank_step_samples(planner, start: int, world: int, rank: int, balance: Balance | None) -> np.ndarray:
+    """The samples rank `rank` trains on in the full step starting at global pack `start`."""
+    if balances(planner, balance):
+        return step_deal(planner, start, world, balance).samples[rank]
+    return planner.pack_samples(start + rank)[0]
 
 
 def rank_packs(planner, base: int, world: int, rank: int, first_step: int = 0,
-               stride: int = 1) -> Iterator[Assigned]:
+               stride: int = 1, balance: Balance | None = None) -> Iterator[Assigned]:
     """The packs of `rank` for steps first_step, first_step + stride, ... counted from cursor `base`.
 
     A DataLoader worker w of nw uses first_step=w, stride=nw. `planner` is an EpochPlanner.
+    `balance`: re-deal each step's samples among its packs (module docstring); None: as planned.
     """
     step = first_step
+    balanced = balances(planner, balance)
     while True:
         start = base + step * world
         if planner.ensure(start + world - 1):
             g = start + rank
             k, _ = planner.locate(g)
-            yield Assigned(planner.pack_samples(g)[0], step, start + world, k, planner.drops_at(g))
+            if balanced:
+                deal = step_deal(planner, start, world, balance)
+                yield Assigned(deal.samples[rank], step, start + world, k, planner.drops_at(g),
+                               float(deal.cost_after[rank]), deal.imbalance, deal.imbalance_before)
+            else:
+                yield Assigned(planner.pack_samples(g)[0], step, start + world, k, planner.drops_at(g))
         else:
             n = planner.total()
             if start >= n:
@@ -91,5 +145,11 @@ def rank_packs(planner, base: int, world: int, rank: int, first_step: int = 0,
             if rank == 0:
                 for g in range(start, n):
                     dropped.update(planner.drops_at(g))
-            yield Assigned(split_tail([p[0] for p in tail], tokens, world)[rank], step, n, None, dropped)
+            parts = split_tail([p[0] for p in tail], tokens, world)
+            if balanced:
+                deal = _deal(planner, parts, range(start, n), balance)
+                yield Assigned(deal.samples[rank], step, n, None, dropped, float(deal.cost_after[rank]),
+                               deal.imbalance, deal.imbalance_before)
+            else:
+                yield Assigned(parts[rank], step, n, None, dropped)
         step += stride

@@ -42,8 +42,9 @@ from typing import Protocol
 import numpy as np
 
 from vlmdata.errors import Skip
+from vlmdata.plan.balance import Balance, serpentine_order
 from vlmdata.plan.bucketing import bucket
-from vlmdata.plan.lengths import image_rows, sample_lengths
+from vlmdata.plan.lengths import image_rows, image_token_squares, sample_lengths
 from vlmdata.plan.packing import pack
 from vlmdata.plan.shuffle import MIX_SAMPLES, PACK_ORDER, WINDOW_SAMPLES, make_rng, shard_order
 from vlmdata.plan.window_store import LocalWindows, WindowPlan, WindowStore
@@ -62,6 +63,7 @@ class PlanOptions:
     overlong: str = "truncate"      # "truncate" | "drop"
     mix_samples: int | None = None  # samples per mixed epoch; default: all sources' sizes summed
     max_patches: int | None = None  # vision patches per pack at most, instead of max_images (image tokens x merge^2)
+    balance: Balance = Balance("none")  # packs of similar cost side by side (plan.balance); "none": shuffled
 
     def __post_init__(self) -> None:
         if self.mode not in ("pack", "bucket"):
@@ -344,6 +346,7 @@ class EpochPlanner:
         samples = self.window_samples(k)
         cols, rows = self.corpus.gather(samples)
         tokens, image_tokens = sample_lengths(cols, rows, self.policy)
+        squares = image_token_squares(cols, rows, self.policy)
         images = cols["n_images"][rows].astype(np.int64)
         cost, budget = opt.image_budget(images, image_tokens, int(getattr(self.policy, "merge", 1)))
         dropped = Counter()
@@ -356,6 +359,7 @@ class EpochPlanner:
             dropped[Skip.OVERLONG] = int((unfit & ~too_many).sum())
         keep = ~(too_many | unfit)
         samples, tokens, images, cost = samples[keep], np.minimum(tokens[keep], opt.max_tokens), images[keep], cost[keep]
+        image_tokens, squares = image_tokens[keep], squares[keep]
         if opt.mode == "pack":
             order, bounds = pack(tokens, cost, opt.max_tokens, budget)
             # inside a pack, keep the window's shuffled order rather than the packer's (long first)
@@ -365,12 +369,17 @@ class EpochPlanner:
             order, bounds = bucket(tokens, cost, opt.max_tokens, budget)
         n_packs = len(bounds) - 1
         perm = make_rng(self.seed, PACK_ORDER, self.epoch, k).permutation(n_packs)
+        if opt.balance.active and opt.balance.block > 1 and opt.mode == "pack":
+            pack_of = np.repeat(np.arange(n_packs), np.diff(bounds))
+            costs = opt.balance.costs(tokens[order], image_tokens[order], squares[order])
+            perm = perm[serpentine_order(np.bincount(pack_of, weights=costs, minlength=n_packs)[perm],
+                                         opt.balance.block)]
         sizes = np.diff(bounds)[perm]
         starts = bounds[:-1][perm]
         gather = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
         order = order[gather]
         return WindowPlan(samples[order], np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
-                          tokens[order], images[order], dropped)
+                          tokens[order], images[order], dropped, image_tokens[order], squares[order])
 
     def plan_window(self, k: int) -> WindowPlan:
         """The packs of window k (from the store, or planned now)."""
@@ -492,6 +501,15 @@ class EpochPlanner:
         plan = self.plan_window(k)
         sl = slice(plan.bounds[j], plan.bounds[j + 1])
         return plan.samples[sl], plan.tokens[sl], plan.images[sl]
+
+    def pack_vision(self, g: int) -> tuple[np.ndarray, np.ndarray]:
+        """(image tokens, sum of each image's tokens squared) per sample of global pack g."""
+        k, j = self.locate(g)
+        plan = self.plan_window(k)
+        sl = slice(plan.bounds[j], plan.bounds[j + 1])
+        if plan.image_tokens is None:
+            raise ValueError(f"window {k} was planned without image token columns")
+        return plan.image_tokens[sl], plan.image_squares[sl]
 
     def drops_at(self, g: int) -> Counter:
         """Samples the plan dropped, reported with global pack g (each drop reported once).

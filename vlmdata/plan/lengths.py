@@ -21,3 +21,10 @@ def sample_lengths(cols: dict[str, np.ndarray], samples: np.ndarray, policy) -> 
     per_image = policy.tokens(cols["width"][rows], cols["height"][rows]).astype(np.int64)
     image_tokens = np.bincount(owner, weights=per_image, minlength=len(samples)).astype(np.int64)
     return cols["text_tokens"][samples].astype(np.int64) + image_tokens, image_tokens
+
+
+def image_token_squares(cols: dict[str, np.ndarray], samples: np.ndarray, policy) -> np.ndarray:
+    """Per sample, the sum over its images of (the policy's tokens of the image)**2: its vision attention."""
+    owner, rows = image_rows(cols, samples)
+    per_image = policy.tokens(cols["width"][rows], cols["height"][rows]).astype(np.float64)
+    return np.bincount(owner, weights=per_image * per_image, minlength=len(samples)).astype(np.int64)

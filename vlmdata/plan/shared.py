@@ -10,7 +10,8 @@ builds the dataset, before its workers start, and handed to them by path
 
     counts        int64[num_windows], -1 until a window is planned: its pack count
     locks         one byte-range lock per window (fcntl.lockf: per process, released if it dies)
-    w0000042.plan window 42: header, then samples, bounds, tokens, images (int64), memory-mapped
+    w0000042.plan window 42: header, then samples, bounds, tokens, images [, image tokens, their squares]
+                  (int64), memory-mapped
     journal       one line per window planned: "window pid cpu_seconds" (who planned what; tests, benchmarks)
 
 A process asking for window k maps its file if it exists; otherwise it takes
@@ -134,9 +135,12 @@ class PlanShare:
 
 def _encode(key: str, k: int, plan: WindowPlan) -> list[bytes]:
     head = json.dumps({"key": key, "window": k, "packs": plan.num_packs, "samples": len(plan.samples),
-                       "dropped": dict(plan.dropped)}, sort_keys=True).encode()
+                       "dropped": dict(plan.dropped), "vision": plan.image_tokens is not None},
+                      sort_keys=True).encode()
     pad = (-(len(MAGIC) + 4 + len(head))) % 8
     arrays = [plan.samples, plan.bounds, plan.tokens, plan.images]
+    if plan.image_tokens is not None:
+        arrays += [plan.image_tokens, plan.image_squares]
     return [MAGIC, len(head).to_bytes(4, "little"), head, b" " * pad] + \
         [np.ascontiguousarray(a, dtype="<i8").tobytes() for a in arrays]
 
@@ -152,10 +156,11 @@ def _decode(buf: mmap.mmap, key: str, k: int, path: str) -> WindowPlan:
     pos += n_head + (-(pos + n_head)) % 8
     n, p = head["samples"], head["packs"]
     out = []
-    for count in (n, p + 1, n, n):
+    for count in (n, p + 1, n, n) + ((n, n) if head.get("vision") else ()):
         out.append(np.frombuffer(buf, dtype="<i8", count=count, offset=pos))
         pos += 8 * count
-    return WindowPlan(out[0], out[1], out[2], out[3], Counter(head["dropped"]))
+    vision = out[4:6] if head.get("vision") else [None, None]
+    return WindowPlan(out[0], out[1], out[2], out[3], Counter(head["dropped"]), *vision)
 
 
 class SharedWindows:

@@ -29,6 +29,8 @@ class WindowPlan:
     tokens: np.ndarray       # planned tokens per entry of `samples` (overlong ones at max_tokens)
     images: np.ndarray       # images per entry of `samples`
     dropped: Counter = field(default_factory=Counter)
+    image_tokens: np.ndarray | None = None    # image tokens per entry (None: not planned with them)
+    image_squares: np.ndarray | None = None   # sum of each image's tokens squared, per entry
 
     @property
     def num_packs(self) -> int:

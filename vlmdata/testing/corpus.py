@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vlmdata.testing.raw_corpus import SIZE_REGIMES
 from vlmdata.testing.raw_corpus import VOCABULARY as GEN_RAW_WORDS
 
 # BOS USER ("<image>\n" * k + "Describe the content.") ASSISTANT <caption> EOS, in byte tokens, without
@@ -37,6 +38,18 @@ def image_and_word_counts(rng: np.random.Generator, n: int) -> tuple[np.ndarray,
     words = np.where(r2 < 0.6, rng.lognormal(2.6, 0.5, n),
                      np.where(r2 < 0.9, rng.lognormal(4.8, 0.5, n), rng.lognormal(6.8, 0.6, n)))
     return images.astype(np.int64), np.clip(words.astype(np.int64), 3, 5000)
+
+
+def image_sizes(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(width, height) of n images from raw_corpus.py's size mixture."""
+    r = rng.random(n)
+    regime = np.searchsorted([p for p, _ in SIZE_REGIMES], r, side="right")
+    out = []
+    for axis in (0, 1):
+        lo = np.asarray([b[axis][0] for _, b in SIZE_REGIMES])[regime]
+        hi = np.asarray([b[axis][1] for _, b in SIZE_REGIMES])[regime]
+        out.append((lo + np.floor(rng.random(n) * (hi - lo))).astype(np.int64))
+    return out[0], out[1]
 
 
 def gen_raw_lengths(n: int, seed: int = 0, image_tokens: int = 576) -> tuple[np.ndarray, np.ndarray]:
