@@ -64,6 +64,33 @@ def test_balance_is_part_of_the_fingerprint_and_none_keeps_the_old_one(corpus): 
     state = run(plain)[2]["state"]
     with pytest.raises(ValueError, match="balance"):
         balanced.load_state_dict(state)
-    # without a balance the plan's identity is what it was before balancing existed
+    # without a balance (and a patch budget) the plan's identity is what it was before they existed
     assert "balance" not in plain._plan_identity()
-    assert plain._plan_identity() == {k: v for k, v in vars(plain.plan_options).items() if k != "balance"}
+    assert plain.plan_options.max_patches is None
+    assert plain._plan_identity() == {k: v for k, v in vars(plain.plan_options).items()
+                                      if k not in ("balance", "max_patches")}
+
+
+def test_balancing_a_qwen2_vl_dataset_keeps_its_patch_budget_and_exactly_once(tmp_path):
+    """A dynamic-resolution family packs under a vision-patch budget: the step deal keeps to it too."""
+    from torch.utils.data import DataLoader
+
+    from tests.helpers.models import QWEN_TEST_PIXELS, qwen_folder_or_skip, write_reference_rows
+    from vlmdata import ShardConfig, VLMDataset, shard_dataset
+
+    folder = qwen_folder_or_skip(**QWEN_TEST_PIXELS)
+    rows, expected = write_reference_rows(tmp_path / "raw")
+    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=str(folder), workers=0,
+                              max_samples_per_shard=3))
+    keys, budget = [], None
+    for rank in (0, 1):
+        ds = VLMDataset(str(tmp_path / "ds"), max_tokens=1024, rank=rank, world_size=2,
+                        options=DatasetOptions(window_shards=2, balance="compute"))
+        budget = ds.plan_options.max_patches
+        merge = ds.policy.merge
+        for batch in DataLoader(ds, batch_size=None):
+            keys += batch["sample_keys"]
+            patches = int((batch["input_ids"] == ds.collate_config.image_token_id).sum()) * merge * merge
+            assert patches <= budget
+    assert ds.plan_options.max_images is None and budget == 1024 * 4
+    assert sorted(keys) == sorted(f"conv{i}" for i in range(len(expected)))
