@@ -44,7 +44,7 @@ from vlmdata.loading.collate import CollateConfig
 from vlmdata.loading.pack_build import build_pack
 from vlmdata.loading.shard_source import Source, open_source
 from vlmdata.loading.shared_position import SharedPosition
-from vlmdata.loading.text_views import check_text_views, choose_policy
+from vlmdata.loading.text_views import check_text_views, choose_pixels, choose_policy
 from vlmdata.metrics.counts import StatsDelta, take_fetch_stats
 from vlmdata.plan.assign import rank_packs
 from vlmdata.plan.epoch import Corpus, EpochPlanner, PlanOptions
@@ -73,6 +73,10 @@ class DatasetOptions:
     verify_index: check every shard index against its shard (the shard's checksum, each sample's tar
         member names and sizes; vlmdata.formats.index_checks). Off only to measure the checks' cost or for
         tars whose member names another tool wrote in a way the check does not understand.
+    pixels: "exact" (the model family's image processor's pixel_values, bit for bit: full decode, the
+        folder's resample filter, orientation first) or "fast" (JPEG draft decode and a bilinear resize:
+        faster, close but not equal). None: "exact" for a dataset sharded with a model folder and decoded
+        by Pillow in the workers, else "fast" (loading.text_views.choose_pixels).
     plan_dir: a directory shared by all ranks of a node (e.g. /dev/shm/vlmdata-plans): each window of
         the epoch is then planned once per node. Default: a private directory per rank (made when the
         dataset is created, before its DataLoader workers start), so each window is planned once per rank.
@@ -87,6 +91,7 @@ class DatasetOptions:
     retry: RetryPolicy | None = None
     verify_index: bool = True
     plan_dir: str | None = None
+    pixels: str | None = None
 
 
 def _resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -163,6 +168,8 @@ class VLMDataset(IterableDataset):
         self.model_family: FamilySpec | None = check_text_views(self.sources)
         self.policy = choose_policy(image_size, self.model_family)
         self._check_sources()
+        self.pixels = choose_pixels(self.options.pixels, self.model_family, decoder,
+                                    any(s.kind == "memmap" for s in self.sources), self.options.defer_decode)
         self.plan_options = PlanOptions(max_tokens=int(max_tokens), max_images=int(max_images),
                                         window_shards=self.options.window_shards, mode=self.options.mode,
                                         overlong=self.options.overlong, mix_samples=self.options.mix_samples)
@@ -207,7 +214,7 @@ class VLMDataset(IterableDataset):
                     "samples": s.num_samples} for s in self.sources]
         return {"sources": sources, "plan": asdict(self.plan_options), "policy": self.policy.to_dict(),
                 "decoder": self.decoder_name, "cache": type(self.cache).__qualname__,
-                "defer_decode": self.options.defer_decode, "mode": self.options.mode}
+                "defer_decode": self.options.defer_decode, "mode": self.options.mode, "pixels": self.pixels}
 
     def _fingerprint(self, weights: list[float]) -> str:
         # the shards' names and checksums identify a dataset wherever it lives (a copy moved to S3 resumes)
@@ -345,7 +352,9 @@ class VLMDataset(IterableDataset):
         if self._decoder is None:
             from vlmdata.decode.choose import make_decoder
 
-            self._decoder = make_decoder(self.decoder_name)
+            vision = self.model_family.vision if self.model_family else None
+            self._decoder = make_decoder(self.decoder_name, self.pixels, resample=vision.resample if vision else 3,
+                                         crop=bool(vision and vision.image_size is not None))
         return self._decoder
 
     def _ref(self, shard: int) -> ShardRef:
