@@ -73,10 +73,14 @@ class ExactDecoder(PillowDecoder):
             if img.width * img.height > self.max_pixels:
                 self._errors[Skip.IMAGE_TOO_LARGE] += 1
                 return None
-            img = processor_rgb(img)
-            if not self.crop:
-                return np.asarray(img.resize((width, height), self.resample))
-            w, h = shortest_edge_size(img.width, img.height, min(width, height))
-            img = img.resize((w, h), self.resample)
-            top, left = (h - height) // 2, (w - width) // 2
-            return np.ascontiguousarray(np.asarray(img)[top:top + height, left:left + width])
+            return self.from_image(img, width, height)
+
+    def from_image(self, img: Image.Image, width: int, height: int) -> np.ndarray:
+        """An opened image (orientation not yet applied) -> (height, width, 3) uint8, as the processor resizes it."""
+        img = processor_rgb(img)
+        if not self.crop:
+            return np.asarray(img.resize((width, height), self.resample))
+        w, h = shortest_edge_size(img.width, img.height, min(width, height))
+        img = img.resize((w, h), self.resample)
+        top, left = (h - height) // 2, (w - width) // 2
+        return np.ascontiguousarray(np.asarray(img)[top:top + height, left:left + width])
