@@ -11,7 +11,8 @@ The processor's rescale and normalisation are then `hf.pixels.normalize` (same f
 arithmetic, as a lookup table), so `pixel_values` equal the processor's.
 
 `decode.pillow.PillowDecoder` (draft decode, bilinear, orientation after the resize) is the fast
-mode: a few times faster on big JPEGs, pixels close to the processor's but not equal.
+mode: it saves work when a JPEG is shrunk to half its sides or less; its pixels are close to the
+processor's but not equal (tools/bench_exact_pixels.py measures both).
 """
 from __future__ import annotations
 
