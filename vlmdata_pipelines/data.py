@@ -49,6 +49,7 @@ class DataOptions:
     image_size: int | str = 56         # an int (fixed S x S) or "dynamic"
     num_workers: int | str = 1
     decoder: str = "auto"
+    pixels: str | None = None          # "exact" (the model processor's pixels) | "fast"; None: vlmdata's default
     cache_daemon: str | None = None    # address of a `vlmdata cache-daemon`, else direct reads
     seed: int = 0
     decode_stage: str = "auto"         # decode in the training process: "auto" (DALI on a CUDA device when
@@ -93,7 +94,7 @@ class DatasetSource:
         self.dataset = VLMDataset(opts.data, seed=opts.seed, max_tokens=opts.max_tokens,
                                   max_images=opts.max_images, image_size=opts.policy(), rank=rank,
                                   world_size=world_size, decoder=opts.decoder, cache=make_cache(opts),
-                                  options=DatasetOptions(defer_decode=defer_decode))
+                                  options=DatasetOptions(defer_decode=defer_decode, pixels=opts.pixels))
         self._make_loader = make_loader
         self.pin_memory = pin_memory
         self.epoch = 0

@@ -501,6 +501,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image-size", default="56", help="fixed image side (multiple of 14) or 'dynamic'")
     p.add_argument("--num-workers", default="1", help="DataLoader workers per rank, or 'auto'")
     p.add_argument("--decoder", default="auto", help="pillow | dali | auto")
+    p.add_argument("--pixels", default=None, choices=("exact", "fast"),
+                   help="exact: the model's image processor's pixels, bit for bit (default for a dataset sharded "
+                        "with a model folder and decoded in the workers); fast: draft decode + bilinear")
     p.add_argument("--decode-stage", default="auto", choices=("auto", "off", "dali-cpu"),
                    help="decode in the training process: auto = DALI on the GPU when there is one and the "
                         "decoder is dali/auto; off = always in the workers; dali-cpu = DALI's CPU backend "
@@ -558,8 +561,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[TrainConfig, VLMConfig 
     workers = args.num_workers if args.num_workers == "auto" else int(args.num_workers)
     size = args.image_size if args.image_size == "dynamic" else int(args.image_size)
     data = DataOptions(data=args.data, max_tokens=args.max_tokens, max_images=args.max_images, image_size=size,
-                       num_workers=workers, decoder=args.decoder, cache_daemon=args.cache_daemon, seed=args.seed,
-                       decode_stage=args.decode_stage)
+                       num_workers=workers, decoder=args.decoder, pixels=args.pixels, cache_daemon=args.cache_daemon,
+                       seed=args.seed, decode_stage=args.decode_stage)
     if is_hf_model(args.model):
         model_cfg = HFModelConfig.from_arg(args.model, args.attn_backend, args.activation_checkpointing)
         data = hf_data_options(data, model_cfg)

@@ -39,3 +39,11 @@ def test_parse_size():
     assert parse_size("1.5g") == 3 << 29
     with pytest.raises(Exception, match="bad size"):
         parse_size("lots")
+
+
+def test_cli_pixels_flag(dataset_dir, capsys):
+    """--pixels exact needs a model family (issue 21): a byte-tokenizer dataset gets a one-line error."""
+    assert cli_main(["tune", dataset_dir, "--image-size", "112", "--pixels", "exact"]) != 0
+    assert "pixels='exact' is not possible: the dataset has no model family" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli_main(["tune", dataset_dir, "--pixels", "precise"])

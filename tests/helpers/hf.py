@@ -9,7 +9,11 @@
 - `reference_pack`: a PackedBatch whose token ids come from the processor and
   whose pixels come from vlmdata's own decode and collate path (the Pillow
   decoder at the model's image policy, `collate_pack`), i.e. the layout the
-  adapters meet in training; plus the processor's own output per sample.
+  adapters meet in training; plus the processor's own output per sample
+  (`references(..., exact=True)`: the processor-exact decoder, the processor
+  given the original files).
+- `qwen3_processor` / `write_qwen3_folder`: the same for Qwen3-VL (patch 16,
+  mean/std 0.5; `Qwen3VLProcessor`, `Qwen3VLConfig`).
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|
                  "<|image_pad|>", "<|video_pad|>"]
 LLAVA_SPECIALS = ["<s>", "</s>", "<image>", "<pad>"]
 QWEN_PIXELS = (56 * 56, 224 * 224)      # min_pixels, max_pixels of the tiny Qwen2-VL
+QWEN3_PIXELS = (64 * 64, 256 * 256)     # and of the tiny Qwen3-VL (patch 16, merge 2)
 LLAVA_SIZE = 336
 
 
@@ -56,6 +61,21 @@ def qwen_processor():
     tok = word_tokenizer(QWEN_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>")
     images = Qwen2VLImageProcessorPil(min_pixels=QWEN_PIXELS[0], max_pixels=QWEN_PIXELS[1])
     return _unchecked(Qwen2VLProcessor)(image_processor=images, tokenizer=tok)
+
+
+def qwen3_image_processor(pixels: tuple[int, int] = QWEN3_PIXELS):
+    """Qwen3-VL's image processor: transformers' Qwen2-VL one with patch 16 and mean/std 0.5."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    return Qwen2VLImageProcessorPil(patch_size=16, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+                                    size={"shortest_edge": pixels[0], "longest_edge": pixels[1]})
+
+
+def qwen3_processor():
+    from transformers.models.qwen3_vl import Qwen3VLProcessor
+
+    tok = word_tokenizer(QWEN_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>")
+    return _unchecked(Qwen3VLProcessor)(image_processor=qwen3_image_processor(), tokenizer=tok)
 
 
 def llava_processor():
@@ -103,6 +123,30 @@ def write_qwen_folder(path: str, processor=None, vocab_size: int | None = None, 
            "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}
     with open(os.path.join(path, "preprocessor_config.json"), "w") as f:
         json.dump(pre, f)
+    return path
+
+
+def write_qwen3_folder(path: str, processor=None, pixels: tuple[int, int] = QWEN3_PIXELS) -> str:
+    """A tiny Qwen3-VL folder (config from Qwen3VLConfig, preprocessor config from its image processor)."""
+    import json
+
+    from transformers import Qwen3VLConfig
+
+    tok = (processor or qwen3_processor()).tokenizer
+    ids = tok.convert_tokens_to_ids(["<|image_pad|>", "<|vision_start|>", "<|vision_end|>", "<|video_pad|>"])
+    os.makedirs(path, exist_ok=True)
+    Qwen3VLConfig(
+        text_config=dict(vocab_size=_vocab(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=8192,
+                         rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True,
+                                          "rope_theta": 10000.0}),
+        vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16,
+                           spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=256,
+                           deepstack_visual_indexes=[0]),
+        image_token_id=ids[0], vision_start_token_id=ids[1], vision_end_token_id=ids[2], video_token_id=ids[3],
+    ).save_pretrained(path)
+    with open(os.path.join(path, "preprocessor_config.json"), "w") as f:
+        json.dump(qwen3_image_processor(pixels).to_dict(), f)
     return path
 
 
@@ -230,15 +274,24 @@ class Reference:
     sizes: list[tuple[int, int]]
 
 
-def references(convs: list[Conversation], processor, family: str, policy) -> list[Reference]:
+def references(convs: list[Conversation], processor, family: str, policy, exact: bool = False) -> list[Reference]:
+    """Per conversation: the processor's tensors and vlmdata's decoded images. `exact`: vlmdata decodes with
+    the processor-exact decoder and the processor gets the original images (as `load_image` opens them), so
+    pixels are compared from the files; else the processor gets vlmdata's (fast) decoded images, already at
+    the policy's size (how a fixed policy other than the processor's own is checked)."""
+    from transformers.image_utils import load_image
+
     from vlmdata.decode import make_decoder
 
-    decoder = make_decoder("pillow")
+    decoder = make_decoder("pillow", pixels="exact", crop=family == "llava") if exact else make_decoder("pillow")
     out = []
     for conv in convs:
         decoded = decoder.decode(conv.images, conv.sizes, policy) if conv.images else []
         text = qwen_text(conv) if family != "llava" else llava_text(conv)
-        pil = [Image.fromarray(d) for d in decoded] or None
+        if exact:
+            pil = [load_image(Image.open(io.BytesIO(b))) for b in conv.images] or None
+        else:
+            pil = [Image.fromarray(d) for d in decoded] or None
         got = processor(text=[text], images=pil, return_tensors="pt")
         ids = got["input_ids"][0].numpy().astype(np.int64)
         out.append(Reference(conv.key, dict(got), ids, assistant_labels(ids, processor.tokenizer, family), decoded,
@@ -256,6 +309,44 @@ def reference_pack(refs: list[Reference], policy, image_token_id: int, pad_token
     samples = [PreparedSample(r.key, r.ids, r.labels, list(r.decoded), list(r.sizes)) for r in refs]
     collate = collate_pack if mode == "pack" else collate_bucket
     return collate(samples, cfg, StatsDelta())
+
+
+# ---- packed against one by one ------------------------------------------------------------------------------
+
+def label_count(refs) -> int:
+    """Label tokens of these samples (what a packed loss is divided by)."""
+    return sum(int((torch.as_tensor(r.labels[1:]) != -100).sum()) for r in refs)
+
+
+def _grads(model) -> dict:
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def run_packed(model, inputs: dict, count: int) -> tuple[float, dict]:
+    model.zero_grad(set_to_none=True)
+    loss = model(**inputs, num_items_in_batch=count).loss
+    loss.backward()
+    return float(loss.detach()), _grads(model)
+
+
+def run_one_by_one(model, refs, count: int) -> tuple[float, dict]:
+    model.zero_grad(set_to_none=True)
+    total = 0.0
+    for r in refs:
+        out = model(**r.processor_out, labels=torch.as_tensor(r.labels)[None], num_items_in_batch=count)
+        out.loss.backward()
+        total += float(out.loss.detach())
+    return total, _grads(model)
+
+
+def packed_inputs(spec, refs, attn: str) -> dict:
+    """The forward inputs of these samples packed: vlmdata's collate, then the family's output adapter."""
+    from vlmdata.hf import make_adapter, take_meta
+
+    adapter = make_adapter(spec, attn)
+    host = adapter(reference_pack(refs, spec.image_policy(), spec.image_token_id))
+    take_meta(host)
+    return adapter.finalize(host)
 
 
 def accelerate_launch(args: list[str], nproc: int = 2, timeout: float = 600):

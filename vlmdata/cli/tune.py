@@ -27,6 +27,9 @@ def register(subparsers) -> None:
     p.add_argument("--image-size", type=int, default=336, help="fixed image side in pixels (default 336)")
     p.add_argument("--max-images", type=int, default=16, help="images per pack at most (default 16)")
     p.add_argument("--decoder", default="auto", choices=("auto", "pillow", "dali"))
+    p.add_argument("--pixels", default=None, choices=("exact", "fast"),
+                   help="exact: the model's image processor's pixels, bit for bit (default for a dataset sharded "
+                        "with a model folder); fast: JPEG draft decode + bilinear (default otherwise)")
     p.add_argument("--memory-budget", type=parse_size, default=None,
                    help="memory the loader may use, e.g. 8G (default: half of RAM / local ranks)")
     p.add_argument("--time-budget", type=float, default=120.0, help="seconds the search may take (default 120)")
@@ -42,7 +45,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vlmdata.loading.dataset import VLMDataset
+    from vlmdata.errors import ConfigError
+    from vlmdata.loading.dataset import DatasetOptions, VLMDataset
     from vlmdata.tune.settings import TuneBudget, TuneConfig
     from vlmdata.tune.tuner import format_table, tune_cached
 
@@ -53,8 +57,13 @@ def run(args: argparse.Namespace) -> int:
     if args.consumer_cores < 0:
         print("vlmdata tune: --consumer-cores must be >= 0", file=sys.stderr)
         return 2
-    ds = VLMDataset(args.dataset, max_tokens=args.max_tokens, max_images=args.max_images,
-                    image_size=args.image_size, decoder=args.decoder, rank=0, world_size=1)
+    try:
+        ds = VLMDataset(args.dataset, max_tokens=args.max_tokens, max_images=args.max_images,
+                        image_size=args.image_size, decoder=args.decoder, rank=0, world_size=1,
+                        options=DatasetOptions(pixels=args.pixels))
+    except ConfigError as exc:
+        print(f"vlmdata tune: {exc}", file=sys.stderr)
+        return 2
     result = tune_cached(ds, budget=TuneBudget(args.memory_budget, args.time_budget),
                          config=TuneConfig(measure_s=args.measure_seconds, cpu_count=args.cpus,
                                            consumer_cores=args.consumer_cores),

@@ -2,6 +2,7 @@
 from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "PIXEL_MODES": "exact", "ExactDecoder": "exact", "check_pixels": "exact",
     "check_codecs": "codec_support", "missing_codecs": "codec_support",
     "failure_reason": "failures",
     "fastest_cpu_decoder": "choose", "make_decoder": "choose", "make_gpu_stage": "choose",

@@ -117,8 +117,20 @@ def gpu_decode_available() -> bool:
     return bool(torch.cuda.is_available() and torch.cuda.device_count() > 0)
 
 
-def make_decoder(name: str = "auto") -> ImageDecoder:
-    """A CPU-side decoder usable inside DataLoader workers."""
+def make_decoder(name: str = "auto", pixels: str = "fast", resample: int = 3, crop: bool = False) -> ImageDecoder:
+    """A CPU-side decoder usable inside DataLoader workers.
+
+    pixels="exact": the image processor's pixels (`decode.exact.ExactDecoder` with the folder's
+    `resample` filter and, for CLIP-style processors, `crop`); only Pillow decodes them ("auto" and
+    "pillow"; "turbo" and "dali" are fast-mode decoders). pixels="fast": the named decoder.
+    """
+    from vlmdata.decode.exact import ExactDecoder, check_pixels
+
+    if check_pixels(pixels) == "exact":
+        if name not in ("auto", "pillow"):
+            raise ValueError(f"decoder={name!r} decodes fast pixels only (DCT-scaled or its own resize): use "
+                             "decoder='auto' or 'pillow' for the processor's exact pixels, or pixels='fast'")
+        return ExactDecoder(resample=resample, crop=crop)
     if name == "auto":
         name = fastest_cpu_decoder()
     if name == "pillow":

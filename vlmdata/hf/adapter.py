@@ -21,9 +21,10 @@ An adapter works in two steps, so that each runs where it is cheapest:
 
 What reaches `forward` (pack mode; B = 1, T tokens, N patches, n images):
 
-| key | Qwen2-VL / Qwen2.5-VL | LLaVA-1.5 |
+| key | Qwen2-VL / Qwen2.5-VL / Qwen3-VL | LLaVA-1.5 |
 |---|---|---|
 | `input_ids`, `labels` | int64 [1, T] | int64 [1, T] |
+| `mm_token_type_ids` | Qwen3-VL: int64 [1, T], 1 on image tokens | — |
 | `position_ids` | int64 [3, 1, T] (M-RoPE, per sample) | int64 [1, T] (restart per sample) |
 | `pixel_values` | [N, 3*t*p*p] normalised (processor layout) | [n, 3, S, S] normalised |
 | `image_grid_thw` | int64 [n, 3] | — |
@@ -49,7 +50,8 @@ from vlmdata.hf.mrope import mrope_position_ids
 from vlmdata.hf.pixels import clip_pixels, fixed_to_patches, qwen_patches
 from vlmdata.hf.spec import ModelSpec
 
-__all__ = ["META_KEY", "HFBatchAdapter", "LlavaAdapter", "QwenVLAdapter", "make_adapter", "take_meta", "text_attention"]
+__all__ = ["META_KEY", "HFBatchAdapter", "LlavaAdapter", "Qwen3VLAdapter", "QwenVLAdapter", "make_adapter", "take_meta",
+           "text_attention"]
 
 META_KEY = "vlmdata"
 _META_FIELDS = ("sample_keys", "stats", "state")
@@ -152,7 +154,7 @@ class HFBatchAdapter:
 class QwenVLAdapter(HFBatchAdapter):
     """Qwen2-VL and Qwen2.5-VL: flattened patches + image_grid_thw, 3-D M-RoPE positions."""
 
-    family = ("qwen2-vl", "qwen2.5-vl")
+    family = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
 
     def images(self, pack: dict) -> dict:
         pixels = pack.get("pixel_values")
@@ -190,6 +192,19 @@ class QwenVLAdapter(HFBatchAdapter):
                             dtype)
 
 
+class Qwen3VLAdapter(QwenVLAdapter):
+    """Qwen3-VL: Qwen2-VL's inputs (its rope index gives still images the same positions) plus the
+    processor's `mm_token_type_ids` (1 on image tokens, else 0), which the model asks for whenever it
+    computes positions itself."""
+
+    family = ("qwen3-vl",)
+
+    def __call__(self, pack: dict) -> dict:
+        out = super().__call__(pack)
+        out["mm_token_type_ids"] = (out["input_ids"] == self.spec.image_token_id).to(torch.int64)
+        return out
+
+
 class LlavaAdapter(HFBatchAdapter):
     """LLaVA-1.5: [n, 3, S, S] CLIP-normalised images, 1-D positions restarting per sample."""
 
@@ -218,7 +233,7 @@ class LlavaAdapter(HFBatchAdapter):
 
 def make_adapter(spec: ModelSpec, attn_implementation: str = "sdpa") -> HFBatchAdapter:
     """The adapter of `spec`'s family."""
-    cls = QwenVLAdapter if spec.is_qwen else LlavaAdapter
+    cls = Qwen3VLAdapter if spec.family == "qwen3-vl" else QwenVLAdapter if spec.is_qwen else LlavaAdapter
     return cls(spec, attn_implementation)
 
 

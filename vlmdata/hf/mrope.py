@@ -1,6 +1,6 @@
 """Qwen2-VL's 3-D M-RoPE position ids for a packed sequence, each sample computed as if it were alone.
 
-Qwen2-VL (and Qwen2.5-VL, for still images) rotate the language model's
+Qwen2-VL (and Qwen2.5-VL and Qwen3-VL, for still images) rotate the language model's
 queries and keys by three position ids per token, (temporal, height, width).
 The model's rope-index rule, applied to one sample:
 

@@ -39,19 +39,21 @@ OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 # config.json model_type -> family name
-FAMILIES = {"qwen2_vl": "qwen2-vl", "qwen2_5_vl": "qwen2.5-vl", "llava": "llava"}
-QWEN_FAMILIES = ("qwen2-vl", "qwen2.5-vl")
+FAMILIES = {"qwen2_vl": "qwen2-vl", "qwen2_5_vl": "qwen2.5-vl", "qwen3_vl": "qwen3-vl", "llava": "llava"}
+QWEN_FAMILIES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
 
-# the processors' defaults (transformers' Qwen2VLImageProcessor and LLaVA-1.5's CLIP processor)
+# the processors' defaults (transformers' Qwen2VLImageProcessor and LLaVA-1.5's CLIP processor); Qwen3-VL's
+# vision tower takes patch 16 and mean/std 0.5 (its preprocessor_config.json says so; these apply without one)
 _QWEN_DEFAULTS = {"patch_size": 14, "merge_size": 2, "temporal_patch_size": 2,
                   "min_pixels": 56 * 56, "max_pixels": 28 * 28 * 1280}
+_FAMILY_DEFAULTS = {"qwen3-vl": {"patch_size": 16, "image_mean": (0.5,) * 3, "image_std": (0.5,) * 3}}
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     """The model-family facts the adapters use (see the module docstring for where each comes from).
 
-    family: "qwen2-vl", "qwen2.5-vl" or "llava".
+    family: "qwen2-vl", "qwen2.5-vl", "qwen3-vl" or "llava".
     image_mean / image_std: per channel, 0-1 scale, as in preprocessor_config.json.
     patch_size / merge_size / temporal_patch_size: the vision tower's patch geometry (1, 1 for LLaVA's
         merge and temporal axes).
@@ -87,7 +89,7 @@ class ModelSpec:
 
     @property
     def is_qwen(self) -> bool:
-        """Qwen2-VL or Qwen2.5-VL: flattened patches, image_grid_thw, 3-D M-RoPE positions."""
+        """Qwen2-VL, Qwen2.5-VL or Qwen3-VL: flattened patches, image_grid_thw, 3-D M-RoPE positions."""
         return self.family in QWEN_FAMILIES
 
     def image_policy(self) -> ImagePolicy:
@@ -173,7 +175,7 @@ class ModelSpec:
             log.warning("%s has no preprocessor_config.json: using %s's processor defaults", path, family)
             pre = {}
         build = _qwen_fields if family in QWEN_FAMILIES else _llava_fields
-        return cls(family=family, **build(path, config, pre))
+        return cls(family=family, **build(path, config, pre, _FAMILY_DEFAULTS.get(family, {})))
 
 
 def _read_json(path: str, required: bool) -> dict | None:
@@ -221,7 +223,7 @@ def _token_id(path: str, config: dict, *names: str) -> int:
     raise ConfigError(f"{path}/config.json has no {' or '.join(names)}")
 
 
-def _qwen_fields(path: str, config: dict, pre: dict) -> dict:
+def _qwen_fields(path: str, config: dict, pre: dict, defaults: dict) -> dict:
     vision = config.get("vision_config") or {}
     size = pre.get("size") or {}
     fields = {
@@ -235,14 +237,15 @@ def _qwen_fields(path: str, config: dict, pre: dict) -> dict:
         "min_pixels": _agree(path, "min_pixels", pre.get("min_pixels"), size.get("shortest_edge")),
         "max_pixels": _agree(path, "max_pixels", pre.get("max_pixels"), size.get("longest_edge")),
     }
-    for key, default in _QWEN_DEFAULTS.items():
+    defaults = {**_QWEN_DEFAULTS, **defaults}
+    for key in _QWEN_DEFAULTS:
         if fields[key] is None:
-            fields[key] = default
-    fields.update(_norm(pre))
+            fields[key] = defaults[key]
+    fields.update({k: v for k, v in defaults.items() if k not in fields}, **_norm(pre))
     return fields
 
 
-def _llava_fields(path: str, config: dict, pre: dict) -> dict:
+def _llava_fields(path: str, config: dict, pre: dict, defaults: dict) -> dict:
     vision = config.get("vision_config") or {}
     strategy = config.get("vision_feature_select_strategy", "default")
     if strategy != "default":

@@ -383,6 +383,19 @@ class _Progress:
             self.callback(rows - r0, written - w0)
 
 
+def _warn_inexact_storage(cfg: ShardConfig, tokenizer: dict) -> None:
+    """Stored pixels that are not the originals cannot give the processor's pixels at load time (issue 21)."""
+    if tokenizer.get("name") != "model-folder":
+        return
+    changes = [f for f, on in (("--format memmap", cfg.format == "memmap"),
+                               ("--resize-max-side", cfg.resize_max_side is not None),
+                               ("--quality", cfg.quality is not None)) if on]
+    if changes:
+        log.warning("%s stores images resized or re-encoded: the loader's pixels will be close to the %s "
+                    "processor's but not equal (keep the originals for exact pixels)",
+                    " and ".join(changes), tokenizer.get("family"))
+
+
 def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None = None,
                   executor: Executor | None = None, progress_interval: float = 0.2) -> Manifest:
     """Shard `cfg.inputs` into `cfg.output`; returns the written manifest.
@@ -403,6 +416,7 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
     _check_config(cfg)
     text = load_text_encoder(cfg.tokenizer, cfg.train_on, cfg.family)
     tokenizer = text.identity()
+    _warn_inexact_storage(cfg, tokenizer)
     if cfg.format == "memmap" and tokenizer.get("name") == "model-folder":
         policy = tokenizer["vision"]["policy"]
         if policy["kind"] != "fixed" or policy["size"] != cfg.image_size:

@@ -47,7 +47,7 @@ from vlmdata.loading.overlong import LengthTally
 from vlmdata.loading.pack_build import build_pack
 from vlmdata.loading.shard_source import Source, open_source
 from vlmdata.loading.shared_position import SharedPosition
-from vlmdata.loading.text_views import check_text_views, choose_pack_limits, choose_policy
+from vlmdata.loading.text_views import check_text_views, choose_pack_limits, choose_pixels, choose_policy
 from vlmdata.metrics.counts import StatsDelta, take_fetch_stats
 from vlmdata.plan.assign import rank_packs, rank_step_samples
 from vlmdata.plan.balance import Balance
@@ -79,6 +79,10 @@ class DatasetOptions:
         tars whose member names another tool wrote in a way the check does not understand.
     length: what `len(ds)` returns: "exact" (plans every window of the epoch once, cached) or "estimate"
         (`estimated_len()`: a few windows planned, scaled to the epoch; for progress bars on huge datasets).
+    pixels: "exact" (the model family's image processor's pixel_values, bit for bit: full decode, the
+        folder's resample filter, orientation first) or "fast" (JPEG draft decode and a bilinear resize:
+        faster, close but not equal). None: "exact" for a dataset sharded with a model folder and decoded
+        by Pillow in the workers, else "fast" (loading.text_views.choose_pixels).
     plan_dir: a directory shared by all ranks of a node (e.g. /dev/shm/vlmdata-plans): each window of
         the epoch is then planned once per node. Default: a private directory per rank (made when the
         dataset is created, before its DataLoader workers start), so each window is planned once per rank.
@@ -98,6 +102,7 @@ class DatasetOptions:
     plan_dir: str | None = None
     balance: Balance | str = "none"
     length: str = "exact"
+    pixels: str | None = None
 
     def __post_init__(self) -> None:
         if self.length not in ("exact", "estimate"):
@@ -190,6 +195,8 @@ class VLMDataset(IterableDataset):
         self.model_family: FamilySpec | None = check_text_views(self.sources)
         self.policy = choose_policy(image_size, self.model_family)
         self._check_sources()
+        self.pixels = choose_pixels(self.options.pixels, self.model_family, decoder,
+                                    any(s.kind == "memmap" for s in self.sources), self.options.defer_decode)
         max_images, max_patches = choose_pack_limits(self.policy, max_tokens, max_images, max_patches)
         self.plan_options = PlanOptions(max_tokens=int(max_tokens), max_images=max_images, max_patches=max_patches,
                                         window_shards=self.options.window_shards, mode=self.options.mode,
@@ -242,7 +249,7 @@ class VLMDataset(IterableDataset):
                     "samples": s.num_samples} for s in self.sources]
         return {"sources": sources, "plan": self._plan_identity(), "policy": self.policy.to_dict(),
                 "decoder": self.decoder_name, "cache": type(self.cache).__qualname__,
-                "defer_decode": self.options.defer_decode, "mode": self.options.mode}
+                "defer_decode": self.options.defer_decode, "mode": self.options.mode, "pixels": self.pixels}
 
     def _plan_identity(self) -> dict:
         """The plan options as fingerprinted: without a balance or a patch budget, as before they existed
@@ -390,7 +397,9 @@ class VLMDataset(IterableDataset):
         if self._decoder is None:
             from vlmdata.decode.choose import make_decoder
 
-            self._decoder = make_decoder(self.decoder_name)
+            vision = self.model_family.vision if self.model_family else None
+            self._decoder = make_decoder(self.decoder_name, self.pixels, resample=vision.resample if vision else 3,
+                                         crop=bool(vision and vision.image_size is not None))
         return self._decoder
 
     def _ref(self, shard: int) -> ShardRef:

@@ -11,16 +11,22 @@
 - The image policy: None takes the model family's (what its processor does); an explicit policy is
   accepted when it lays out the same image tokens (same kind, patch and merge; a dynamic policy may
   narrow the pixel bounds), else it is an error (the model would see the wrong number of tokens).
+- The pixel mode: None is "exact" (the family's image processor's pixels, bit for bit) for a dataset
+  with a model family decoded in the workers by Pillow, else "fast"; an explicit "exact" that cannot be
+  honoured (no family, memmap images stored resized, a fast-only decoder, decode deferred to the
+  GPU) is an error saying why.
 """
 from __future__ import annotations
 
 import json
 
+from vlmdata.decode.exact import check_pixels
 from vlmdata.decode.policy import DynamicPolicy, FixedPolicy, ImagePolicy, make_policy
 from vlmdata.errors import ConfigError
 from vlmdata.text.families.base import FamilySpec
 
-__all__ = ["DEFAULT_IMAGE_SIZE", "DEFAULT_MAX_IMAGES", "check_text_views", "choose_pack_limits", "choose_policy"]
+__all__ = ["DEFAULT_IMAGE_SIZE", "DEFAULT_MAX_IMAGES", "check_text_views", "choose_pack_limits", "choose_pixels",
+           "choose_policy"]
 
 DEFAULT_IMAGE_SIZE = 336
 DEFAULT_MAX_IMAGES = 16
@@ -86,3 +92,26 @@ def choose_pack_limits(policy: ImagePolicy, max_tokens: int, max_images: int | N
     if isinstance(policy, DynamicPolicy):
         return None, int(max_tokens) * policy.merge * policy.merge
     return DEFAULT_MAX_IMAGES, None
+
+
+def _inexact_reason(family: FamilySpec | None, decoder: str, memmap: bool, defer_decode: bool) -> str | None:
+    if family is None:
+        return "the dataset has no model family (shard it with --tokenizer MODEL_DIR): there is no processor"
+    if memmap:
+        return "memmap datasets store images already resized at shard time"
+    if defer_decode:
+        return "defer_decode leaves decoding to the training process (the DALI GPU stage is fast mode)"
+    if decoder not in ("auto", "pillow"):
+        return f"decoder={decoder!r} decodes fast pixels only (use 'auto' or 'pillow')"
+    return None
+
+
+def choose_pixels(asked: str | None, family: FamilySpec | None, decoder: str, memmap: bool,
+                  defer_decode: bool) -> str:
+    """The pixel mode to decode with (see the module docstring)."""
+    reason = _inexact_reason(family, decoder, memmap, defer_decode)
+    if asked is None:
+        return "fast" if reason else "exact"
+    if check_pixels(asked) == "exact" and reason:
+        raise ConfigError(f"pixels='exact' is not possible: {reason}; pass pixels='fast'")
+    return asked

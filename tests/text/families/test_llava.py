@@ -52,3 +52,30 @@ def test_unsupported_llava_variant_is_a_clear_error(llava):
             load_family(str(llava))
     finally:
         (llava / "processor_config.json").write_text(json.dumps(cfg))
+
+
+def test_loaded_pixels_equal_the_clip_processor_resize_and_crop(llava, tmp_path):
+    """Issue 21: the default loader's pixels are the CLIP processor's (shortest side to 336, centre crop)."""
+    import json
+
+    import torch
+
+    from tests.helpers.exact_pixels import hf_pixels, max_diff
+    from vlmdata.hf import ModelSpec, make_adapter, take_meta
+
+    rows, _ = write_reference_rows(tmp_path / "raw")
+    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=str(llava), workers=0))
+    files = {json.loads(line)["id"]: json.loads(line)["images"] for line in rows.read_text().splitlines()}
+    image_processor = llava_processor(llava).image_processor
+    ds = VLMDataset(str(tmp_path / "ds"), max_tokens=1 << 16, max_images=64, rank=0, world_size=1)
+    adapter = make_adapter(ModelSpec.from_dataset(ds))
+    compared = 0
+    for pack in ds:
+        host = adapter(pack)
+        keys = take_meta(host)["sample_keys"]
+        refs = [hf_pixels(image_processor, (rows.parent / f).read_bytes()) for k in keys for f in files[k]]
+        if refs:
+            got = adapter.finalize(host)["pixel_values"]
+            assert max_diff(got, torch.cat([r["pixel_values"] for r in refs])) <= 1e-5
+            compared += len(refs)
+    assert compared == sum(len(v) for v in files.values()) >= 10

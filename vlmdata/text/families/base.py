@@ -127,6 +127,7 @@ class ModelFamily:
     """Base class; a subclass names its family, recognises its folders and gives its vision constants."""
 
     name: ClassVar[str] = ""
+    model_types: ClassVar[tuple[str, ...]] = ()       # config.json model_type values it serves
     end_of_turn: ClassVar[tuple[str, ...]] = ()       # tokens trained right after an assistant reply
 
     def __init__(self, folder: ModelFolder, train_on: str = "assistant"):

@@ -18,12 +18,13 @@ class LlavaFamily(ModelFamily):
     """LLaVA-1.5 with a fixed 336 px CLIP tower (anyres LLaVA-NeXT is another family)."""
 
     name = "llava"
+    model_types = ("llava",)
 
     @classmethod
     def matches(cls, folder: ModelFolder) -> bool:
         h = folder.hints()
         if h["model_type"] is not None:
-            return h["model_type"] == "llava"
+            return h["model_type"] in cls.model_types
         return h["processor_class"] == "LlavaProcessor"
 
     def vision_spec(self) -> VisionSpec:

@@ -1,20 +1,25 @@
-"""Qwen2-VL and Qwen2.5-VL: ChatML turns, `<|vision_start|><|image_pad|><|vision_end|>` per image.
+"""Qwen2-VL, Qwen2.5-VL and Qwen3-VL: ChatML turns, `<|vision_start|><|image_pad|><|vision_end|>` per image.
 
 Each `<|image_pad|>` becomes (t·h·w) / merge² tokens at load time, with the image
 resized by `smart_resize` (sides multiples of patch·merge, pixels within
 [min_pixels, max_pixels]; `decode.policy.DynamicPolicy`), all read from the
 folder's `preprocessor_config.json` (`min_pixels`/`max_pixels` override `size`,
 as in transformers). Trained: each assistant reply and the `<|im_end|>` closing it.
+Qwen3-VL differs only in its vision constants: patch 16 and mean/std 0.5 (its
+processor is transformers' Qwen2VLImageProcessor with those numbers), which the
+folder's preprocessor_config.json states; the family's defaults apply without it.
 """
 from __future__ import annotations
 
 from vlmdata.text.families.base import ModelFamily, VisionSpec
 from vlmdata.text.model_folder import ModelFolder
 
-__all__ = ["Qwen2VLFamily", "Qwen25VLFamily"]
+__all__ = ["Qwen2VLFamily", "Qwen25VLFamily", "Qwen3VLFamily"]
 
 DEFAULT_MIN_PIXELS = 56 * 56
 DEFAULT_MAX_PIXELS = 28 * 28 * 1280
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
 class Qwen2VLFamily(ModelFamily):
@@ -24,6 +29,9 @@ class Qwen2VLFamily(ModelFamily):
     end_of_turn = ("<|im_end|>",)
     model_types = ("qwen2_vl",)
     processors = ("Qwen2VLProcessor",)
+    default_patch = 14
+    default_mean = CLIP_MEAN
+    default_std = CLIP_STD
 
     @classmethod
     def matches(cls, folder: ModelFolder) -> bool:
@@ -37,16 +45,18 @@ class Qwen2VLFamily(ModelFamily):
     def vision_spec(self) -> VisionSpec:
         pp = self.folder.preprocessor
         size = pp.get("size") if isinstance(pp.get("size"), dict) else {}
-        patch = int(pp.get("patch_size", 14))
-        merge = int(pp.get("merge_size", 2))
+        vision_cfg = self.folder.config.get("vision_config")
+        vision_cfg = vision_cfg if isinstance(vision_cfg, dict) else {}
+        patch = int(pp.get("patch_size") or vision_cfg.get("patch_size") or self.default_patch)
+        merge = int(pp.get("merge_size") or vision_cfg.get("spatial_merge_size") or 2)
         min_px = int(pp.get("min_pixels") or size.get("shortest_edge") or size.get("min_pixels") or DEFAULT_MIN_PIXELS)
         max_px = int(pp.get("max_pixels") or size.get("longest_edge") or size.get("max_pixels") or DEFAULT_MAX_PIXELS)
         return VisionSpec(
             image_token="<|image_pad|>", image_token_id=self.token_id("<|image_pad|>"),
             vision_start_id=self.token_id("<|vision_start|>"), vision_end_id=self.token_id("<|vision_end|>"),
             patch_size=patch, merge_size=merge, temporal_patch_size=int(pp.get("temporal_patch_size", 2)),
-            image_mean=tuple(pp.get("image_mean", (0.48145466, 0.4578275, 0.40821073))),
-            image_std=tuple(pp.get("image_std", (0.26862954, 0.26130258, 0.27577711))),
+            image_mean=tuple(pp.get("image_mean", self.default_mean)),
+            image_std=tuple(pp.get("image_std", self.default_std)),
             min_pixels=min_px, max_pixels=max_px, image_size=None, resample=int(pp.get("resample", 3)),
             policy={"kind": "dynamic", "patch": patch, "merge": merge, "min_pixels": min_px, "max_pixels": max_px})
 
@@ -63,3 +73,14 @@ class Qwen25VLFamily(Qwen2VLFamily):
     name = "qwen2_5_vl"
     model_types = ("qwen2_5_vl",)
     processors = ("Qwen2_5_VLProcessor",)
+
+
+class Qwen3VLFamily(Qwen2VLFamily):
+    """Qwen3-VL (model_type qwen3_vl, Qwen3VLProcessor): Qwen2-VL's layout, patch 16, mean/std 0.5."""
+
+    name = "qwen3_vl"
+    model_types = ("qwen3_vl",)
+    processors = ("Qwen3VLProcessor",)
+    default_patch = 16
+    default_mean = (0.5, 0.5, 0.5)
+    default_std = (0.5, 0.5, 0.5)
