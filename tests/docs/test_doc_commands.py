@@ -1,8 +1,8 @@
 """Every command in the documentation runs: the ```bash blocks of docs/*.md and of README.md's quick start.
 
 Convention (docs/index.md): a page's ```bash blocks run top to bottom in ONE bash shell
-(`set -euo pipefail`) in a fresh empty directory, with this venv's bin first on PATH and the
-repository on PYTHONPATH; a page makes its own data first. Commands that cannot run here (make itself,
+(`set -euo pipefail`: no `| head`, whose writer then fails) in a fresh empty directory, with this
+venv's bin first on PATH and the repository on PYTHONPATH; a page makes its own data first. Commands that cannot run here (make itself,
 GPUs, multi-node jobs, docker) go in ```console or ```text blocks with a sentence saying why.
 A new page under docs/ is picked up automatically. Background processes a page starts are ended with
 the shell's process group.
