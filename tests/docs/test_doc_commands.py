@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -27,9 +28,6 @@ DOCS = REPO / "docs"
 RUNNABLE = "bash"
 MARKER = "@@doc-block {}@@"
 PAGE_TIMEOUT = 300
-# Pages whose commands take over 30 s on a loaded 2-core machine (they train, tune or start servers).
-SLOW_PAGES = {"hf-training.md", "reference-training.md", "cache-and-metrics.md", "loading-and-packing.md",
-              "input-formats.md"}
 
 
 def command_pages() -> dict[str, list]:
@@ -103,8 +101,9 @@ def failure_report(page: str, blocks, rc: int, output: str) -> str:
             f"--- output ---\n{tail}")
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW_PAGES else p for p in PAGES])
+@pytest.mark.slow          # each page starts several Python processes: 20-60 s on a shared 2-core machine
+@pytest.mark.integration   # they run the CLI, torchrun, the cache daemon and the dashboard as subprocesses
+@pytest.mark.parametrize("page", list(PAGES))
 def test_page_commands_run(page):
     blocks = PAGES[page]
     rc, output = run_page(blocks)
@@ -113,9 +112,9 @@ def test_page_commands_run(page):
 
 
 def test_a_failing_block_is_reported_with_its_page_and_line():
-    blocks = [b for b in code_blocks("```bash\necho one\n```\n\ntext\n\n```bash\necho two\nfalse\necho never\n```\n")]
+    blocks = code_blocks("```bash\necho one\n```\n\ntext\n\n```bash\necho two\nfalse\necho never\n```\n")
     rc, output = run_page(blocks)
-    assert rc != 0 and "never" not in output.replace("echo never", "")
+    assert rc != 0 and "one" in output and "never" not in output
     report = failure_report("example.md", blocks, rc, output)
     assert "example.md: the ```bash block at line 7 failed" in report and "two" in report
 
@@ -132,3 +131,21 @@ def test_the_quick_start_and_the_pages_have_commands():
     for name in ("getting-started.md", "input-formats.md", "loading-and-packing.md", "hf-training.md",
                  "cache-and-metrics.md", "faults-and-hostile-input.md", "scale.md"):
         assert name in PAGES, f"docs/{name} has no ```bash block"
+
+
+def test_background_processes_of_a_page_end_with_it():
+    rc, output = run_page(code_blocks("```bash\nsleep 600 &\necho \"started $!\"\n```\n"))
+    assert rc == 0, output
+    pid = int(re.search(r"started (\d+)", output).group(1))
+    deadline = time.monotonic() + 30
+    while running(pid) and time.monotonic() < deadline:     # SIGKILL was sent; wait until it has landed
+        time.sleep(0.05)
+    assert not running(pid)
+
+
+def running(pid: int) -> bool:
+    """Whether the process exists and is not a zombie (killed, waiting for its new parent to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
