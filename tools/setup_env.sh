@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create the project's virtual environment from scratch on a fresh machine.
 #   tools/setup_env.sh [VENV_DIR]
-# Installs the pinned CPU build of torch (GPU users: set TORCH_SPEC, see README),
+# Installs the pinned CPU build of torch (GPU users: set TORCH_SPEC, see docs/getting-started.md),
 # every runtime and test dependency, then swaps stock Pillow for Pillow-SIMD
 # (built with AVX2 when the CPU has it, after the codec headers: WebP, TIFF,
 # JPEG 2000, LittleCMS) as the very last step, so nothing reinstalls plain
