@@ -6,7 +6,8 @@ caught and `except VlmdataError` catches everything of ours:
 
     VlmdataError
     ├── ConfigError (ValueError)          a configuration problem: stops the run, says what to change
-    │   └── EmptyDatasetError             no rows found, or every row skipped
+    │   ├── EmptyDatasetError             no rows found, or every row skipped
+    │   └── UnsafePathError               a shared folder or file another user owns or can write, or a symlink
     ├── SkipError (ValueError)            one bad input row / image / sample: skipped and counted by `reason`
     │   ├── RowProblem                    a raw input row (shard time)
     │   └── ImageProblem                  an image (shard or index time)
@@ -36,7 +37,7 @@ __all__ = [
     "AdapterError", "BadIndexError", "BadKeyError", "CacheDirBusy", "ConfigError", "CorruptShardError",
     "DecodeError", "EmptyDatasetError", "FetchError", "ImageProblem", "IndexMismatchError", "NoRoomError",
     "NotServedError", "OutOfTime", "ProtocolError", "RowProblem", "ShardReadError", "Skip", "SkipError",
-    "TarFormatError", "VlmdataError",
+    "TarFormatError", "UnsafePathError", "VlmdataError",
 ]
 
 
@@ -50,6 +51,10 @@ class ConfigError(VlmdataError, ValueError):
 
 class EmptyDatasetError(ConfigError):
     """The run found no input rows, or every row was skipped: no dataset is written."""
+
+
+class UnsafePathError(ConfigError):
+    """A folder or file vlmdata shares between processes that is not private to this user (vlmdata.private_dirs)."""
 
 
 class SkipError(VlmdataError, ValueError):
