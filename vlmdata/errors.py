@@ -16,6 +16,7 @@ caught and `except VlmdataError` catches everything of ours:
     ├── ShardReadError (ValueError)       a fetched shard that cannot be read
     │   ├── BadIndexError                 a shard index that cannot be read, or that describes another shard
     │   └── IndexMismatchError            an index row that does not point at its own sample's members
+    ├── BadKeyIndexError (ValueError)     a keys.lmdb that is truncated, not LMDB, or larger than the address space
     ├── FetchError (OSError)              a shard not fetched intact after all retries
     │   └── CorruptShardError             fetched bytes that fail the size or CRC check
     ├── BadKeyError (ValueError)          a cache key that could name a path outside the cache
@@ -34,7 +35,7 @@ counters and JSON keep working with them.
 from __future__ import annotations
 
 __all__ = [
-    "AdapterError", "BadIndexError", "BadKeyError", "CacheDirBusy", "ConfigError", "CorruptShardError",
+    "AdapterError", "BadIndexError", "BadKeyIndexError", "BadKeyError", "CacheDirBusy", "ConfigError", "CorruptShardError",
     "DecodeError", "EmptyDatasetError", "FetchError", "ImageProblem", "IndexMismatchError", "NoRoomError",
     "NotServedError", "OutOfTime", "ProtocolError", "RowProblem", "ShardReadError", "Skip", "SkipError",
     "TarFormatError", "UnsafePathError", "VlmdataError",
@@ -91,6 +92,10 @@ class BadIndexError(ShardReadError):
 
 class IndexMismatchError(ShardReadError):
     """An index row that does not point at its own sample's members (name, size or bounds)."""
+
+
+class BadKeyIndexError(VlmdataError, ValueError):
+    """A key index (keys.lmdb) that is truncated, not LMDB, or needs more address space than the process may map."""
 
 
 class FetchError(VlmdataError, OSError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import platform
 
-__all__ = ["cpu_model", "pid_alive"]
+__all__ = ["address_space_left", "cpu_model", "pid_alive"]
 
 
 def pid_alive(pid: int) -> bool:
@@ -28,3 +28,18 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
+
+
+def address_space_left() -> int | None:
+    """Bytes of address space this process may still map under its RLIMIT_AS (`ulimit -v`); None if unlimited."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        with open("/proc/self/statm") as f:
+            used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        used = 0
+    return max(0, soft - used)
