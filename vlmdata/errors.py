@@ -16,7 +16,7 @@ caught and `except VlmdataError` catches everything of ours:
     ├── ShardReadError (ValueError)       a fetched shard that cannot be read
     │   ├── BadIndexError                 a shard index that cannot be read, or that describes another shard
     │   └── IndexMismatchError            an index row that does not point at its own sample's members
-    ├── BadKeyIndexError (ValueError)     a keys.lmdb that is truncated, not LMDB, or larger than the address space
+    ├── BadKeyIndexError (ValueError)     a keys.lmdb that is truncated or not LMDB, or outgrows the address space
     ├── FetchError (OSError)              a shard not fetched intact after all retries
     │   └── CorruptShardError             fetched bytes that fail the size or CRC check
     ├── BadKeyError (ValueError)          a cache key that could name a path outside the cache
@@ -35,10 +35,10 @@ counters and JSON keep working with them.
 from __future__ import annotations
 
 __all__ = [
-    "AdapterError", "BadIndexError", "BadKeyIndexError", "BadKeyError", "CacheDirBusy", "ConfigError", "CorruptShardError",
-    "DecodeError", "EmptyDatasetError", "FetchError", "ImageProblem", "IndexMismatchError", "NoRoomError",
-    "NotServedError", "OutOfTime", "ProtocolError", "RowProblem", "ShardReadError", "Skip", "SkipError",
-    "TarFormatError", "UnsafePathError", "VlmdataError",
+    "AdapterError", "BadIndexError", "BadKeyIndexError", "BadKeyError", "CacheDirBusy", "ConfigError",
+    "CorruptShardError", "DecodeError", "EmptyDatasetError", "FetchError", "ImageProblem", "IndexMismatchError",
+    "NoRoomError", "NotServedError", "OutOfTime", "ProtocolError", "RowProblem", "ShardReadError", "Skip",
+    "SkipError", "TarFormatError", "UnsafePathError", "VlmdataError",
 ]
 
 
@@ -55,7 +55,7 @@ class EmptyDatasetError(ConfigError):
 
 
 class UnsafePathError(ConfigError):
-    """A folder or file vlmdata shares between processes that is not private to this user (vlmdata.private_dirs)."""
+    """A folder or file vlmdata shares between processes that is not private to this user (private_dirs)."""
 
 
 class SkipError(VlmdataError, ValueError):
@@ -95,7 +95,7 @@ class IndexMismatchError(ShardReadError):
 
 
 class BadKeyIndexError(VlmdataError, ValueError):
-    """A key index (keys.lmdb) that is truncated, not LMDB, or needs more address space than the process may map."""
+    """A key index (keys.lmdb) that is truncated or not LMDB, or needs more address space than may be mapped."""
 
 
 class FetchError(VlmdataError, OSError):
