@@ -8,6 +8,12 @@ written to files (`KEY.J.EXT`: the stored bytes; memmap datasets' decoded
 arrays as PNG; KEY.SHARD-ROW.J.EXT if several samples share the key). Keys
 are looked up in the dataset's keys.lmdb.
 
+A key is a name, never a path: a tar indexed in place may hold `sub/000`,
+`../../x` or `/etc/x` as keys. Files are written only directly inside
+`images_dir`, under `safe_key(key)` (the key itself when it is a plain name,
+else a sanitized form with a digest of the key), never through a symlink,
+and never two images under one name in one run.
+
 `render_text` is the one place that turns stored tokens into text.
 """
 from __future__ import annotations
@@ -19,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vlmdata.formats.manifest import Manifest
+from vlmdata.formats.sample import safe_key
 from vlmdata.ingest.images import sniff
 from vlmdata.ingest.inspection import render_tokens
 from vlmdata.keyindex.lookup import FoundSample, find_samples
@@ -27,6 +34,20 @@ from vlmdata.text.tokenizer import load_tokenizer
 __all__ = ["RenderedText", "render_text", "sample_report", "show_samples"]
 
 NO_LIMIT = 1 << 30
+def _write_new(images_dir: str, name: str, data: bytes, taken: set[str]) -> str:
+    """Write `data` as `name` inside images_dir (a name already used in this run gets -2, -3, ...), never
+    through a symlink; returns the path."""
+    stem, dot, ext = name.rpartition(".")
+    n = 1
+    while name in taken:
+        n += 1
+        name = f"{stem}-{n}{dot}{ext}"
+    taken.add(name)
+    path = os.path.join(images_dir, name)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return path
 
 
 @dataclass
@@ -51,28 +72,33 @@ def render_text(manifest: Manifest, tokens: np.ndarray, sizes: list[tuple[int, i
     return RenderedText(render_tokens(tok, tokens, sizes, limit=NO_LIMIT), int(tokens.shape[1]), spans)
 
 
-def _write_images(found: FoundSample, images_dir: str, unique: bool) -> list[str]:
+def _write_images(found: FoundSample, images_dir: str, unique: bool, taken: set[str]) -> list[str]:
     os.makedirs(images_dir, exist_ok=True)
     paths = []
-    stem = found.key if unique else f"{found.key}.{found.location.shard}-{found.location.row}"
+    stem = safe_key(found.key)               # a name, never a path: 'sub/000' -> 'sub_000_<sha1>'
+    if not unique:
+        stem = f"{stem}.{found.location.shard}-{found.location.row}"
     for j, image in enumerate(found.record.images):
         if isinstance(image, np.ndarray):
+            import io
+
             from PIL import Image
 
-            path = os.path.join(images_dir, f"{stem}.{j}.png")
-            Image.fromarray(np.asarray(image)).save(path)
+            buf = io.BytesIO()
+            Image.fromarray(np.asarray(image)).save(buf, format="PNG")
+            data, ext = buf.getvalue(), "png"
         else:
             data = bytes(image)
-            path = os.path.join(images_dir, f"{stem}.{j}.{sniff(data) or 'bin'}")
-            with open(path, "wb") as f:
-                f.write(data)
-        paths.append(path)
+            ext = sniff(data) or "bin"
+        paths.append(_write_new(images_dir, f"{stem}.{j}.{ext}", data, taken))
     return paths
 
 
-def sample_report(found: FoundSample, manifest: Manifest, images_dir: str | None = None, unique: bool = True) -> dict:
+def sample_report(found: FoundSample, manifest: Manifest, images_dir: str | None = None, unique: bool = True,
+                  taken: set[str] | None = None) -> dict:
     """Everything `vlmdata show` prints about one sample, as plain data (images written to `images_dir` as
-    KEY.J.EXT, or KEY.SHARD-ROW.J.EXT when several samples share the key: `unique=False`)."""
+    KEY.J.EXT, or KEY.SHARD-ROW.J.EXT when several samples share the key: `unique=False`; KEY is
+    `safe_key(key)`; `taken`: the file names already written in this run)."""
     rec, loc = found.record, found.location
     rendered = render_text(manifest, rec.tokens, rec.sizes)
     images = [{"width": w, "height": h} for w, h in rec.sizes]
@@ -82,7 +108,7 @@ def sample_report(found: FoundSample, manifest: Manifest, images_dir: str | None
         else:
             entry["stored"] = f"{sniff(bytes(image[:16])) or 'unknown'}, {len(image)} bytes"
     if images_dir is not None:
-        for entry, path in zip(images, _write_images(found, images_dir, unique)):
+        for entry, path in zip(images, _write_images(found, images_dir, unique, set() if taken is None else taken)):
             entry["file"] = path
     return {"key": found.key, "dataset": loc.dataset, "shard": loc.shard, "shard_file": loc.shard_name,
             "shards": len(manifest.shards), "row": loc.row, "offset": loc.offset, "span": loc.span, "url": loc.url,
@@ -119,11 +145,12 @@ def show_samples(root: str, keys: list[str], storage_options: dict | None = None
     so = storage_options or {}
     manifest = Manifest.load(root, so)
     reports, missing = [], []
+    taken: set[str] = set()
     for key in keys:
         found = find_samples(root, key, so, manifest)
         if not found:
             missing.append(key)
-        reports += [sample_report(f, manifest, images_dir, unique=len(found) == 1) for f in found]
+        reports += [sample_report(f, manifest, images_dir, unique=len(found) == 1, taken=taken) for f in found]
     if as_json:
         return json.dumps({"samples": reports, "missing": missing}, ensure_ascii=False, indent=1), missing
     text = "\n\n".join(_format(r, manifest.kind) for r in reports)
