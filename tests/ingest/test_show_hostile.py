@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from tests.ingest.test_index_foreign_hostile import img, index, sample
 from tests.helpers.tars import end
+from tests.ingest.test_index_foreign_hostile import img, index, sample
 from vlmdata.cli import main
 from vlmdata.ingest import show_samples
 
