@@ -55,7 +55,7 @@ class EmptyDatasetError(ConfigError):
 
 
 class UnsafePathError(ConfigError):
-    """A folder or file vlmdata shares between processes that is not private to this user (private_dirs)."""
+    """A folder or file vlmdata shares between processes that is not private to this user (fsutil)."""
 
 
 class SkipError(VlmdataError, ValueError):

@@ -5,7 +5,7 @@ Both tiers are plain bookkeeping plus storage; they are not thread-safe on their
 
 SSD layout, crash-safe by construction::
 
-    <dir>/                   mode 0700, refused when another user owns it or can write it (private_dirs)
+    <dir>/                   mode 0700, refused when another user owns it or can write it (fsutil)
     <dir>/.lock              flock held by the one process that owns the directory
     <dir>/<sha>.meta         {"key", "size", "crc32"}: written (temp + fsync + rename) first
     <dir>/<sha>.data         the shard bytes: written to .tmp-*, fsynced, renamed into place
@@ -36,7 +36,7 @@ from vlmdata.cache.disk_scan import scan_cache_dir
 from vlmdata.cache.keys import entry_name
 from vlmdata.cache.verified import VERIFIED, file_identity
 from vlmdata.errors import CacheDirBusy
-from vlmdata.private_dirs import open_private, private_dir
+from vlmdata.fsutil import open_private, private_dir
 
 log = logging.getLogger(__name__)
 

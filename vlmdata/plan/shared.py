@@ -15,7 +15,7 @@ builds the dataset, before its workers start, and handed to them by path
                   arrays), then samples, bounds, tokens, images (int64), memory-mapped
     journal       one line per window planned: "window pid cpu_seconds" (who planned what; tests, benchmarks)
 
-Everything in a share is private to its user (`vlmdata.private_dirs`): the folders are 0700 and
+Everything in a share is private to its user (`vlmdata.fsutil`): the folders are 0700 and
 checked to be ours and writable by us only, files are opened without following symlinks and
 checked the same way, so another local user cannot plant a window, a journal link or a counts
 file in a `plan_dir` under /dev/shm (`UnsafePathError` says why). A window whose header or checksum
@@ -62,8 +62,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from vlmdata.fsutil import open_private, private_dir
 from vlmdata.plan.window_store import WindowPlan
-from vlmdata.private_dirs import open_private, private_dir
 from vlmdata.sysinfo import pid_alive
 
 __all__ = ["PlanShare", "SharedWindows"]

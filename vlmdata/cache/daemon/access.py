@@ -23,7 +23,7 @@ import threading
 
 from vlmdata import fsutil
 from vlmdata.errors import ConfigError, NotServedError
-from vlmdata.private_dirs import open_private, private_parent
+from vlmdata.fsutil import open_private, private_parent
 
 __all__ = ["DatasetAccess", "TokenFile", "dataset_prefix", "normalize_prefix", "read_token"]
 

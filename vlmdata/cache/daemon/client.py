@@ -27,8 +27,8 @@ from vlmdata.cache.fetch import DirectFetcher, ShardRef
 from vlmdata.cache.keys import key_for
 from vlmdata.cache.tiers import map_file
 from vlmdata.errors import BadKeyError, FetchError, ProtocolError, UnsafePathError
+from vlmdata.fsutil import check_private_file
 from vlmdata.metrics.counts import StatsDelta
-from vlmdata.private_dirs import check_private_file
 
 log = logging.getLogger(__name__)
 

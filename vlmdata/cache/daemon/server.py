@@ -23,7 +23,7 @@ Hardening (the daemon reads with its own user's rights on behalf of local client
   own (and is closed after `auth_timeout` seconds), never one of the owner's `max_connections`: any
   local user can open TCP connections, but cannot lock the owner's readers out;
 - the socket's folder is created 0700 (or must be ours, or sticky like /tmp), the socket and the
-  token file are checked to be ours (`vlmdata.private_dirs`), and a socket another user left at
+  token file are checked to be ours (`vlmdata.fsutil`), and a socket another user left at
   the path is refused, not removed;
 - `get` reads at most the declared size (or the budget), and when pinned entries fill the budget it
   answers "no_room" and the reader reads that shard directly: pressure costs speed, never samples.
@@ -46,8 +46,8 @@ from vlmdata.cache.daemon.protocol import MAX_MESSAGE, recv_msg, ref_from_wire, 
 from vlmdata.cache.keys import key_for
 from vlmdata.cache.shard_cache import ShardCache
 from vlmdata.errors import BadKeyError, FetchError, NoRoomError, NotServedError, ProtocolError
+from vlmdata.fsutil import check_private_file, private_parent
 from vlmdata.metrics.registry import MetricSet
-from vlmdata.private_dirs import check_private_file, private_parent
 from vlmdata.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
