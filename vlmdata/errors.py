@@ -7,7 +7,8 @@ caught and `except VlmdataError` catches everything of ours:
     VlmdataError
     ├── ConfigError (ValueError)          a configuration problem: stops the run, says what to change
     │   ├── EmptyDatasetError             no rows found, or every row skipped
-    │   └── BatchingError                 packs batched again by a DataLoader (batch_size not None)
+    │   ├── BatchingError                 packs batched again by a DataLoader (batch_size not None)
+    │   └── UnsafePathError               a shared folder or file another user owns or can write, or a symlink
     ├── SkipError (ValueError)            one bad input row / image / sample: skipped and counted by `reason`
     │   ├── RowProblem                    a raw input row (shard time)
     │   └── ImageProblem                  an image (shard or index time)
@@ -17,6 +18,7 @@ caught and `except VlmdataError` catches everything of ours:
     │   ├── BadIndexError                 a shard index that cannot be read, or that describes another shard
     │   ├── IndexMismatchError            an index row that does not point at its own sample's members
     │   └── ShardChangedError             a mapped shard rewritten in place while it was being read
+    ├── BadKeyIndexError (ValueError)     a keys.lmdb that is truncated or not LMDB, or outgrows the address space
     ├── FetchError (OSError)              a shard not fetched intact after all retries
     │   └── CorruptShardError             fetched bytes that fail the size or CRC check
     ├── BadKeyError (ValueError)          a cache key that could name a path outside the cache
@@ -36,10 +38,11 @@ counters and JSON keep working with them.
 from __future__ import annotations
 
 __all__ = [
-    "AdapterError", "BadIndexError", "BatchingError", "BadKeyError", "CacheDirBusy", "ConfigError", "CorruptShardError",
-    "DecodeError", "EmptyDatasetError", "FetchError", "ImageProblem", "IndexMismatchError", "NoRoomError",
-    "NotServedError", "OutOfTime", "ProtocolError", "RowProblem", "ShardChangedError", "ShardReadError", "Skip",
-    "SkipError", "TarFormatError", "TooManySkipsError", "VlmdataError",
+    "AdapterError", "BadIndexError", "BadKeyIndexError", "BatchingError", "BadKeyError", "CacheDirBusy",
+    "ConfigError", "CorruptShardError", "DecodeError", "EmptyDatasetError", "FetchError", "ImageProblem",
+    "IndexMismatchError", "NoRoomError", "NotServedError", "OutOfTime", "ProtocolError", "RowProblem",
+    "ShardChangedError", "ShardReadError", "Skip", "SkipError", "TarFormatError", "TooManySkipsError",
+    "UnsafePathError", "VlmdataError",
 ]
 
 
@@ -68,6 +71,10 @@ class BatchingError(ConfigError):
             where = lines[0][len(f"Caught {type(self).__name__} "):].rstrip(".")
             message = f"{lines[-1].split(': ', 1)[1]} (raised {where})"
         super().__init__(message)
+
+
+class UnsafePathError(ConfigError):
+    """A folder or file vlmdata shares between processes that is not private to this user (fsutil)."""
 
 
 class SkipError(VlmdataError, ValueError):
@@ -108,6 +115,10 @@ class IndexMismatchError(ShardReadError):
 
 class ShardChangedError(ShardReadError):
     """A mapped shard file was rewritten in place after it was opened: its bytes are no longer the checked ones."""
+
+
+class BadKeyIndexError(VlmdataError, ValueError):
+    """A key index (keys.lmdb) that is truncated or not LMDB, or needs more address space than may be mapped."""
 
 
 class FetchError(VlmdataError, OSError):

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-__all__ = ["cpu_model", "die_with_parent", "pid_alive"]
+__all__ = ["address_space_left", "cpu_model", "die_with_parent", "pid_alive"]
 
 PR_SET_PDEATHSIG = 1          # linux/prctl.h
 _WATCH_SECONDS = 1.0
@@ -64,3 +64,18 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
+
+
+def address_space_left() -> int | None:
+    """Bytes of address space this process may still map under its RLIMIT_AS (`ulimit -v`); None if unlimited."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        with open("/proc/self/statm") as f:
+            used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        used = 0
+    return max(0, soft - used)

@@ -71,3 +71,28 @@ def test_dataset_on_s3_is_looked_up_through_a_local_copy_of_its_index(sharded, t
     assert np.array_equal(got.record.tokens, exp.record.tokens)
     assert [bytes(i) for i in got.record.images] == [bytes(i) for i in exp.record.images]
     assert got.record.meta == exp.record.meta and got.record.meta["id"] == key
+
+
+@pytest.mark.integration
+def test_a_keys_cache_of_another_user_or_a_planted_copy_is_refused(sharded, tmp_path, monkeypatch):
+    from vlmdata.errors import UnsafePathError
+    from vlmdata.keyindex import lookup as lookup_module
+
+    lookup_module._OPEN.clear()                            # an index another test opened for the same URL
+    out, m = sharded
+    key = SampleIndex.load(str(out / m.shards[0].index)).keys()[0]
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.chown(cache, 12345, 12345)                           # e.g. VLMDATA_KEYS_CACHE=/tmp/keys, made by another user
+    monkeypatch.setenv("VLMDATA_KEYS_CACHE", str(cache))
+    with moto_s3() as so:
+        url = upload_dir(out, "bucket", "ds", so)
+        with pytest.raises(UnsafePathError, match="uid 12345"):
+            find_samples(url, key, so)
+        os.chown(cache, 0, 0)
+        assert find_samples(url, key, so)[0].key == key
+        (copy,) = os.listdir(cache)
+        os.chown(cache / copy, 12345, 12345)                 # a copy someone else put under the expected name
+        lookup_module._OPEN.clear()
+        with pytest.raises(UnsafePathError, match="uid 12345"):
+            find_samples(url, key, so)

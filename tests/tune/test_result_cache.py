@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from tests.helpers.tune import ModelRunner
 from vlmdata.testing import SyntheticDataset, SyntheticSpec
 from vlmdata.tune import (
@@ -90,3 +92,20 @@ def test_corrupt_cache_is_replaced(tmp_path, caplog):
     assert calls > 0 and result.settings.num_workers == 2
     assert "not valid JSON" in caplog.text
     assert json.loads(path.read_text())["version"] == 1
+
+
+def test_a_cache_folder_or_file_of_another_user_is_refused(tmp_path):
+    from vlmdata.errors import UnsafePathError
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 12345, 12345)                          # results there would pick our worker counts
+    ds = SyntheticDataset(SyntheticSpec(knee=2))
+    with pytest.raises(UnsafePathError, match="uid 12345"):
+        _tune(ds, str(theirs / "tune.json"))
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "tune.json").write_text(json.dumps({"version": 1, "entries": {}}))
+    os.chown(ours / "tune.json", 12345, 12345)
+    with pytest.raises(UnsafePathError, match="uid 12345"):
+        _tune(ds, str(ours / "tune.json"))

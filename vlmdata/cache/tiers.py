@@ -5,6 +5,7 @@ Both tiers are plain bookkeeping plus storage; they are not thread-safe on their
 
 SSD layout, crash-safe by construction::
 
+    <dir>/                   mode 0700, refused when another user owns it or can write it (fsutil)
     <dir>/.lock              flock held by the one process that owns the directory
     <dir>/<sha>.meta         {"key", "size", "crc32"}: written (temp + fsync + rename) first
     <dir>/<sha>.data         the shard bytes: written to .tmp-*, fsynced, renamed into place
@@ -35,6 +36,7 @@ from vlmdata.cache.disk_scan import scan_cache_dir
 from vlmdata.cache.keys import entry_name
 from vlmdata.cache.verified import VERIFIED, file_identity
 from vlmdata.errors import CacheDirBusy
+from vlmdata.fsutil import open_private, private_dir
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +106,9 @@ class DiskTier:
     name = "disk"
 
     def __init__(self, root: str, budget: int):
-        os.makedirs(root, mode=0o700, exist_ok=True)
-        self.root = os.path.realpath(root)
-        os.chmod(self.root, 0o700)  # cached shards are private to the cache's user
+        self.root = private_dir(root)  # cached shards are private to the cache's user (refused otherwise)
         self.budget = int(budget)
-        self._lock_fd = os.open(os.path.join(self.root, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        self._lock_fd = open_private(self.root, ".lock", os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 
 from vlmdata.decode.policy import DynamicPolicy, FixedPolicy, ImagePolicy
 from vlmdata.errors import ConfigError
+from vlmdata.text.model_folder import read_model_file
 
 __all__ = ["FAMILIES", "OPENAI_CLIP_MEAN", "OPENAI_CLIP_STD", "ModelSpec"]
 
@@ -179,14 +180,14 @@ class ModelSpec:
 
 
 def _read_json(path: str, required: bool) -> dict | None:
-    if not os.path.exists(path):
+    raw = read_model_file(os.path.dirname(path), os.path.basename(path))   # size-checked, inside the folder
+    if raw is None:
         if required:
             raise ConfigError(f"{path} does not exist: pass a Hugging Face model or processor folder")
         return None
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, json.JSONDecodeError) as exc:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a JSON object")

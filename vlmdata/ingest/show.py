@@ -12,6 +12,12 @@ if several samples share the key). Keys are looked up in the dataset's
 keys.lmdb; a view added by `vlmdata retokenize` has its tokens read from its
 own files.
 
+A key is a name, never a path: a tar indexed in place may hold `sub/000`,
+`../../x` or `/etc/x` as keys. Files are written only directly inside
+`images_dir`, under `safe_key(key)` (the key itself when it is a plain name,
+else a sanitized form with a digest of the key), never through a symlink,
+and never two images under one name in one run.
+
 `render_text` is the one place that turns a sample's stored tokens into text.
 """
 from __future__ import annotations
@@ -24,12 +30,29 @@ import numpy as np
 
 from vlmdata import fsutil
 from vlmdata.formats.manifest import Manifest
+from vlmdata.formats.sample import safe_key
 from vlmdata.formats.text_view import ViewTokens, view_shard_name
 from vlmdata.ingest.images import sniff
 from vlmdata.ingest.rendering import ANSI, PLAIN, Piece, TokenRenderer, format_pieces
 from vlmdata.keyindex.lookup import FoundSample, find_samples
 
 __all__ = ["RenderedText", "ViewText", "render_text", "sample_report", "show_samples"]
+
+
+def _write_new(images_dir: str, name: str, data: bytes, taken: set[str]) -> str:
+    """Write `data` as `name` inside images_dir (a name already used in this run gets -2, -3, ...), never
+    through a symlink; returns the path."""
+    stem, dot, ext = name.rpartition(".")
+    n = 1
+    while name in taken:
+        n += 1
+        name = f"{stem}-{n}{dot}{ext}"
+    taken.add(name)
+    path = os.path.join(images_dir, name)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return path
 
 
 @dataclass
@@ -77,22 +100,25 @@ class _ViewReader:
         return self._files[name].tokens(found.location.row)
 
 
-def _write_images(found: FoundSample, images_dir: str, unique: bool) -> list[str]:
+def _write_images(found: FoundSample, images_dir: str, unique: bool, taken: set[str]) -> list[str]:
     os.makedirs(images_dir, exist_ok=True)
     paths = []
-    stem = found.key if unique else f"{found.key}.{found.location.shard}-{found.location.row}"
+    stem = safe_key(found.key)               # a name, never a path: 'sub/000' -> 'sub_000_<sha1>'
+    if not unique:
+        stem = f"{stem}.{found.location.shard}-{found.location.row}"
     for j, image in enumerate(found.record.images):
         if isinstance(image, np.ndarray):
+            import io
+
             from PIL import Image
 
-            path = os.path.join(images_dir, f"{stem}.{j}.png")
-            Image.fromarray(np.asarray(image)).save(path)
+            buf = io.BytesIO()
+            Image.fromarray(np.asarray(image)).save(buf, format="PNG")
+            data, ext = buf.getvalue(), "png"
         else:
             data = bytes(image)
-            path = os.path.join(images_dir, f"{stem}.{j}.{sniff(data) or 'bin'}")
-            with open(path, "wb") as f:
-                f.write(data)
-        paths.append(path)
+            ext = sniff(data) or "bin"
+        paths.append(_write_new(images_dir, f"{stem}.{j}.{ext}", data, taken))
     return paths
 
 
@@ -111,10 +137,11 @@ class ViewText:
 
 
 def sample_report(found: FoundSample, manifest: Manifest, images_dir: str | None = None, unique: bool = True,
-                  text: ViewText | None = None) -> dict:
+                  text: ViewText | None = None, taken: set[str] | None = None) -> dict:
     """Everything `vlmdata show` prints about one sample, as plain data (images written to `images_dir` as
-    KEY.J.EXT, or KEY.SHARD-ROW.J.EXT when several samples share the key: `unique=False`); its text in the view
-    `text` (default: the dataset's default view)."""
+    KEY.J.EXT, or KEY.SHARD-ROW.J.EXT when several samples share the key: `unique=False`; KEY is `safe_key(key)`;
+    `taken`: the file names already written in this run); its text in the view `text` (default: the
+    dataset's default view)."""
     rec, loc = found.record, found.location
     text = text or ViewText(loc.dataset, manifest)
     rendered = text.render(found)
@@ -125,7 +152,7 @@ def sample_report(found: FoundSample, manifest: Manifest, images_dir: str | None
         else:
             entry["stored"] = f"{sniff(bytes(image[:16])) or 'unknown'}, {len(image)} bytes"
     if images_dir is not None:
-        for entry, path in zip(images, _write_images(found, images_dir, unique)):
+        for entry, path in zip(images, _write_images(found, images_dir, unique, set() if taken is None else taken)):
             entry["file"] = path
     tok = text.identity
     return {"key": found.key, "dataset": loc.dataset, "shard": loc.shard, "shard_file": loc.shard_name,
@@ -174,11 +201,13 @@ def show_samples(root: str, keys: list[str], storage_options: dict | None = None
     manifest = Manifest.load(root, so)
     text = ViewText(root, manifest, view, so, tokenizer_dir)
     reports, missing = [], []
+    taken: set[str] = set()
     for key in keys:
         found = find_samples(root, key, so, manifest)
         if not found:
             missing.append(key)
-        reports += [sample_report(f, manifest, images_dir, unique=len(found) == 1, text=text) for f in found]
+        reports += [sample_report(f, manifest, images_dir, unique=len(found) == 1, text=text, taken=taken)
+                    for f in found]
     if as_json:
         return json.dumps({"samples": reports, "missing": missing}, ensure_ascii=False, indent=1), missing
     out = "\n\n".join(_format(r, manifest.kind, ANSI if color else PLAIN) for r in reports)

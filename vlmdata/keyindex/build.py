@@ -127,8 +127,7 @@ def rebuild_keys(root: str, storage_options: dict | None = None,
 
 def _cache_dir() -> str:
     base = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "vlmdata", "keys")
-    os.makedirs(base, exist_ok=True)
-    return base
+    return fsutil.private_dir(base)          # a key index planted here would be trusted by every lookup
 
 
 def _check(index: KeyIndex, manifest: Manifest, where: str) -> KeyIndex:
@@ -167,4 +166,5 @@ def open_dataset_keys(root: str, manifest: Manifest | None = None, storage_optio
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+    fsutil.check_private_file(local)
     return _check(KeyIndex(local), manifest, url)

@@ -13,6 +13,13 @@ filled left to right, nothing is compared or split), committing every
 Reading (`KeyIndex`) opens the file read-only without LMDB's lock file, so
 any number of processes can read it concurrently and a dataset on a
 read-only mount works; readers never block each other or anything else.
+
+Address space: a reader maps the file's size, checked against its header
+first (`lmdb_file`: a truncated or foreign file is a `BadKeyIndexError`,
+never a SIGBUS). A writer starts with a small map and doubles it when LMDB
+says it is full (the uncommitted pairs are written again), up to what the
+process's RLIMIT_AS (`ulimit -v`) leaves, so sharding works under the
+8-16 GiB limits clusters set.
 """
 from __future__ import annotations
 
@@ -24,13 +31,17 @@ from collections.abc import Iterable
 import lmdb
 import numpy as np
 
+from vlmdata.errors import BadKeyIndexError
 from vlmdata.keyindex.codec import decode_location, encode_key
+from vlmdata.keyindex.lmdb_file import check_lmdb_file, map_size_for
+from vlmdata.sysinfo import address_space_left
 
 __all__ = ["KEYS_NAME", "KeyIndex", "KeyIndexStats", "write_key_index"]
 
 KEYS_NAME = "keys.lmdb"
 FORMAT_VERSION = 1
-MAP_SIZE = (1 << 40) if sys.maxsize > 2 ** 32 else (1 << 30)   # address space, not disk: the file grows as written
+MAX_MAP = (1 << 40) if sys.maxsize > 2 ** 32 else (1 << 30)    # address space, not disk: the file grows as written
+INITIAL_MAP = 64 << 20                                           # a writer's first map; doubled when full
 COMMIT_KEYS = 1 << 20
 EXAMPLES = 5
 
@@ -52,16 +63,79 @@ def _reader_env(path: str) -> lmdb.Environment:
         return got[1]
     if got is not None:
         got[1].close()
-    env = lmdb.open(path, subdir=False, readonly=True, lock=False, max_dbs=2, readahead=False, map_size=MAP_SIZE)
+    env = lmdb.open(path, subdir=False, readonly=True, lock=False, max_dbs=2, readahead=False,
+                    map_size=map_size_for(check_lmdb_file(path)))
     _READERS[key] = (os.getpid(), env)
     return env
 
 
-def _open_env(path: str, readonly: bool) -> lmdb.Environment:
-    if readonly:
-        return _reader_env(path)
-    return lmdb.open(path, subdir=False, map_size=MAP_SIZE, max_dbs=2, lock=False, sync=False,
-                     metasync=False, readahead=False)
+def _map_cap() -> int:
+    """The largest map a writer may grow to: 3/4 of the address space left under RLIMIT_AS, else MAX_MAP."""
+    left = address_space_left()
+    return MAX_MAP if left is None else min(MAX_MAP, left * 3 // 4)
+
+
+class _GrowingWriter:
+    """Write transactions on an environment whose map doubles when full: every put since the last commit is
+    kept (as a function of the transaction) and applied again after the map grew."""
+
+    def __init__(self, path: str):
+        cap = _map_cap()
+        self.map_size = min(INITIAL_MAP, cap)
+        self.env = lmdb.open(path, subdir=False, map_size=self.map_size, max_dbs=2, lock=False, sync=False,
+                             metasync=False, readahead=False)
+        self.keys_db = self.env.open_db(b"keys", dupsort=True, dupfixed=True)
+        self.meta_db = self.env.open_db(b"meta")
+        self.txn = self.env.begin(write=True)
+        self.pending: list = []
+
+    def apply(self, fn) -> None:
+        """Run `fn(txn)` in the current transaction (again after a growth if the map fills)."""
+        self.pending.append(fn)
+        try:
+            fn(self.txn)
+        except lmdb.MapFullError:
+            self._grow_and_replay()
+
+    def _grow_and_replay(self) -> None:
+        while True:
+            self.txn.abort()
+            cap = _map_cap()
+            if self.map_size >= cap:
+                raise BadKeyIndexError(f"keys.lmdb needs more than {self.map_size >> 20} MiB of address space, "
+                                       f"more than this process may map (ulimit -v leaves {cap >> 20} MiB usable)")
+            self.map_size = min(self.map_size * 2, cap)
+            self.env.set_mapsize(self.map_size)
+            self.txn = self.env.begin(write=True)
+            try:
+                for fn in self.pending:
+                    fn(self.txn)
+                return
+            except lmdb.MapFullError:
+                continue
+
+    def commit(self) -> None:
+        self.txn.commit()
+        self.pending = []
+        self.txn = self.env.begin(write=True)
+
+    def close(self, commit: bool) -> None:
+        if commit:
+            self.txn.commit()
+            self.env.sync(True)
+        else:
+            self.txn.abort()
+        self.env.close()
+
+
+def _put_slice(txn: lmdb.Transaction, db, keys: np.ndarray, vals: np.ndarray, same: np.ndarray) -> None:
+    klist, vlist = keys.tolist(), vals.tolist()
+    cur = txn.cursor(db=db)
+    consumed, added = cur.putmulti(zip(klist, vlist), dupdata=True, append=True)
+    if added != len(klist):
+        # a key's copies straddled two merged blocks out of location order: insert those in place
+        for i in np.flatnonzero(same).tolist():
+            cur.put(klist[i], vlist[i], dupdata=True)
 
 
 def write_key_index(path: str, blocks: Iterable[tuple[np.ndarray, np.ndarray]], meta: dict) -> KeyIndexStats:
@@ -72,51 +146,40 @@ def write_key_index(path: str, blocks: Iterable[tuple[np.ndarray, np.ndarray]], 
     for p in (path, path + "-lock"):
         if os.path.exists(p):
             os.unlink(p)
-    env = _open_env(path, readonly=False)
+    w = _GrowingWriter(path)
     entries = distinct = 0
     examples: list[str] = []
     last = None
+    ok = False
     try:
-        keys_db = env.open_db(b"keys", dupsort=True, dupfixed=True)
-        meta_db = env.open_db(b"meta")
-        txn = env.begin(write=True, db=keys_db)
         since_commit = 0
         for keys, vals in _slices(blocks):
-            klist = keys.tolist()
-            vlist = vals.tolist()
             same = np.zeros(len(keys), bool)
             same[1:] = keys[1:] == keys[:-1]
-            same[0] = klist[0] == last
+            same[0] = keys[0] == last
             n_dup = int(same.sum())
             if n_dup and len(examples) < EXAMPLES:
-                for k in (klist[i] for i in np.flatnonzero(same)[:EXAMPLES].tolist()):
+                for k in (keys[i] for i in np.flatnonzero(same)[:EXAMPLES].tolist()):
                     if k.decode("utf-8", "replace") not in examples and len(examples) < EXAMPLES:
                         examples.append(k.decode("utf-8", "replace"))
-            cur = txn.cursor()
-            consumed, added = cur.putmulti(zip(klist, vlist), dupdata=True, append=True)
-            if added != len(klist):
-                # a key's copies straddled two merged blocks out of location order: insert those in place
-                for i in np.flatnonzero(same).tolist():
-                    cur.put(klist[i], vlist[i], dupdata=True)
-            entries += len(klist)
-            distinct += len(klist) - n_dup
-            last = klist[-1]
-            since_commit += len(klist)
+            w.apply(lambda txn, k=keys, v=vals, s=same: _put_slice(txn, w.keys_db, k, v, s))
+            entries += len(keys)
+            distinct += len(keys) - n_dup
+            last = keys[-1]
+            since_commit += len(keys)
             if since_commit >= COMMIT_KEYS:
-                txn.commit()
-                txn = env.begin(write=True, db=keys_db)
+                w.commit()
                 since_commit = 0
-        stored = keys_db_entries(txn, keys_db)
+        stored = keys_db_entries(w.txn, w.keys_db)
         if stored != entries:
             raise RuntimeError(f"key index holds {stored} entries after writing {entries}")
         stats = KeyIndexStats(entries=entries, distinct=distinct, duplicates=entries - distinct,
                               duplicate_examples=examples)
-        txn.put(b"meta", json.dumps({**meta, **stats, "version": FORMAT_VERSION}, sort_keys=True).encode(),
-                db=meta_db)
-        txn.commit()
-        env.sync(True)
+        record = json.dumps({**meta, **stats, "version": FORMAT_VERSION}, sort_keys=True).encode()
+        w.apply(lambda txn: txn.put(b"meta", record, db=w.meta_db))
+        ok = True
     finally:
-        env.close()
+        w.close(commit=ok)
     return stats
 
 
@@ -144,12 +207,14 @@ class KeyIndex:
 
     def _open(self):
         if self._env is None or self._pid != os.getpid():
-            env = _open_env(self.path, readonly=True)
             try:
+                env = _reader_env(self.path)
                 self._keys = env.open_db(b"keys", create=False, dupsort=True, dupfixed=True)
                 self._meta_db = env.open_db(b"meta", create=False)
             except lmdb.NotFoundError:
-                raise ValueError(f"{self.path} is not a vlmdata key index") from None
+                raise BadKeyIndexError(f"{self.path} is not a vlmdata key index") from None
+            except lmdb.Error as exc:
+                raise BadKeyIndexError(f"{self.path} cannot be opened as a key index: {exc}") from None
             self._env, self._pid = env, os.getpid()
         return self._env
 

@@ -5,7 +5,8 @@ from vlmdata._lazy import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "ByteTokenizer": "tokenizer", "IMAGE_MARKER": "tokenizer", "encode_conversation": "tokenizer",
     "load_tokenizer": "tokenizer",
-    "ChatTemplate": "chat_template", "RenderedChat": "chat_template", "TemplateError": "chat_template",
+    "ChatTemplate": "chat_template", "RenderBudget": "chat_template", "RenderedChat": "chat_template",
+    "TemplateError": "chat_template",
     "Conversation": "conversation", "messages_from_turns": "conversation", "turns_from_messages": "conversation",
     "BuiltinEncoder": "encoder", "load_text_encoder": "encoder",
     "ModelFolder": "model_folder", "is_model_folder": "model_folder",

@@ -9,21 +9,70 @@ precedence transformers' processors use), `preprocessor_config.json`,
 The tokenizer identity is the SHA-256 of the tokenizer files and the chat
 template (what decides the token ids); the vision files are hashed apart
 (what decides the image tokens). Datasets can be mixed only when both agree.
+
+A model folder is input, not trusted code (`read_model_file`): every file is
+size-checked before it is read (`tokenizer.json` up to 512 MiB, the others
+16 MiB: a 2 GB file is a ConfigError, not a 2 GB read), must be a regular file,
+and a symlink may lead only inside the folder (or, for a Hugging Face cache
+snapshot `.../models--X/snapshots/REV`, into that repository's `blobs/`, where
+the hub keeps the files its snapshot links name); one leading elsewhere is
+refused.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 
 from vlmdata.errors import ConfigError
 
-__all__ = ["ModelFolder", "TOKENIZER_FILES", "VISION_FILES", "is_model_folder"]
+__all__ = ["MAX_MODEL_FILE_BYTES", "MAX_TOKENIZER_BYTES", "ModelFolder", "TOKENIZER_FILES", "VISION_FILES",
+           "is_model_folder", "read_model_file"]
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "chat_template.jinja", "chat_template.json")
 VISION_FILES = ("preprocessor_config.json", "processor_config.json", "config.json")
+MAX_TOKENIZER_BYTES = 512 << 20       # the largest real tokenizer.json files are tens of MB
+MAX_MODEL_FILE_BYTES = 16 << 20       # configs and chat templates are KB
+
+
+def _allowed_roots(root: str) -> list[str]:
+    """Where a model folder's files may really be: the folder, and a hub cache snapshot's `blobs/`."""
+    real = os.path.realpath(root)
+    roots = [real]
+    snapshots = os.path.dirname(real)
+    if os.path.basename(snapshots) == "snapshots" and os.path.basename(os.path.dirname(snapshots)).startswith(
+            ("models--", "datasets--")):
+        roots.append(os.path.join(os.path.dirname(snapshots), "blobs"))
+    return roots
+
+
+def read_model_file(root: str, name: str, limit: int = MAX_MODEL_FILE_BYTES) -> bytes | None:
+    """The bytes of `root/name` (None if there is none): a regular file of at most `limit` bytes, reached
+    through symlinks only inside the folder (see the module docstring); ConfigError otherwise."""
+    path = os.path.join(root, name)
+    if not os.path.lexists(path):
+        return None
+    real = os.path.realpath(path)
+    if not any(real.startswith(r + os.sep) for r in _allowed_roots(root)):
+        raise ConfigError(f"{path} leads outside the model folder (to {real}); copy the file into the folder")
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)   # a FIFO cannot block
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{path} is not a regular file")
+        if st.st_size > limit:
+            raise ConfigError(f"{path} is {st.st_size} bytes, more than a model folder's {name} may be "
+                              f"({limit} bytes): not read")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ConfigError(f"{path} grew past {limit} bytes while read")
+    return data
 
 
 def is_model_folder(spec: str | None) -> bool:
@@ -31,26 +80,39 @@ def is_model_folder(spec: str | None) -> bool:
     return bool(spec) and os.path.isdir(os.fspath(spec))
 
 
+def _limit(name: str) -> int:
+    return MAX_TOKENIZER_BYTES if name == "tokenizer.json" else MAX_MODEL_FILE_BYTES
+
+
 def _digest(root: str, names: tuple[str, ...]) -> str:
     h = hashlib.sha256()
     for name in names:
-        path = os.path.join(root, name)
-        if os.path.isfile(path):
+        data = read_model_file(root, name, _limit(name))
+        if data is not None:
             h.update(name.encode() + b"\0")
-            with open(path, "rb") as f:
-                h.update(f.read())
+            h.update(data)
             h.update(b"\0")
     return h.hexdigest()
 
 
+def _text(root: str, name: str) -> str | None:
+    data = read_model_file(root, name, _limit(name))
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{os.path.join(root, name)} is not UTF-8 text: {exc}") from exc
+
+
 def _json(root: str, name: str) -> dict:
     path = os.path.join(root, name)
-    if not os.path.isfile(path):
+    raw = _text(root, name)
+    if raw is None:
         return {}
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
+        data = json.loads(raw)
+    except ValueError as exc:
         raise ConfigError(f"{path} is not readable JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path} does not hold a JSON object")
@@ -87,20 +149,14 @@ class ModelFolder:
         path = os.path.abspath(os.fspath(path))
         if not os.path.isdir(path):
             raise ConfigError(f"model folder {path} does not exist")
-        tok_path = os.path.join(path, "tokenizer.json")
-        if not os.path.isfile(tok_path):
+        tokenizer_json = _text(path, "tokenizer.json")
+        if tokenizer_json is None:
             present = ", ".join(sorted(os.listdir(path))) or "nothing"
             raise ConfigError(f"model folder {path} has no tokenizer.json (it holds {present}); vlmdata reads the "
                               "fast tokenizer file a Hugging Face model ships (save one with "
                               "AutoTokenizer.from_pretrained(...).save_pretrained(folder))")
-        with open(tok_path, encoding="utf-8") as f:
-            tokenizer_json = f.read()
         tok_cfg = _json(path, "tokenizer_config.json")
-        template = None
-        jinja_path = os.path.join(path, "chat_template.jinja")
-        if os.path.isfile(jinja_path):
-            with open(jinja_path, encoding="utf-8") as f:
-                template = f.read()
+        template = _text(path, "chat_template.jinja")
         if template is None:
             template = _template_source(_json(path, "chat_template.json").get("chat_template"))
         if template is None:

@@ -12,9 +12,13 @@ gives for that image. Loss flags mark the tokens a model is trained on
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 
 import numpy as np
+
+from vlmdata.errors import ConfigError
+from vlmdata.text.model_folder import MAX_TOKENIZER_BYTES
 
 IMAGE_MARKER = "<image>"
 
@@ -65,8 +69,12 @@ class HFTokenizer:
         from tokenizers import Tokenizer
 
         self.path = path
+        size = os.stat(path).st_size
+        if size > MAX_TOKENIZER_BYTES:
+            raise ConfigError(f"{path} is {size} bytes, more than a tokenizer file may be ({MAX_TOKENIZER_BYTES}): "
+                              "not read")
         with open(path, "rb") as f:
-            raw = f.read()
+            raw = f.read(MAX_TOKENIZER_BYTES + 1)
         self.digest = hashlib.sha256(raw).hexdigest()[:16]
         self._tok = Tokenizer.from_str(raw.decode("utf-8"))
         self._tok.add_special_tokens(list(self.SPECIAL_NAMES.values()))

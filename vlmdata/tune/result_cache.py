@@ -125,8 +125,9 @@ class TuneCache:
     @contextlib.contextmanager
     def locked(self) -> Iterator[TuneCache]:
         """Hold the advisory lock (blocks while another process tunes)."""
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        with open(self.path + ".lock", "a") as f:
+        folder = fsutil.private_dir(os.path.dirname(os.path.abspath(self.path)))   # results pick worker counts
+        fd = fsutil.open_private(folder, os.path.basename(self.path) + ".lock", os.O_RDWR | os.O_CREAT)
+        with os.fdopen(fd, "r+b") as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             try:
                 yield self
@@ -134,8 +135,9 @@ class TuneCache:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
     def _load(self) -> dict:
+        path = os.path.abspath(self.path)
         try:
-            with open(self.path) as f:
+            with os.fdopen(fsutil.open_private(os.path.dirname(path), os.path.basename(path), os.O_RDONLY)) as f:
                 data = json.load(f)
         except FileNotFoundError:
             return {"version": CACHE_VERSION, "entries": {}}

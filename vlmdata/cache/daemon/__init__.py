@@ -5,5 +5,5 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "DaemonClient": "client",
     "connect": "protocol", "recv_msg": "protocol", "send_msg": "protocol",
     "CacheDaemon": "server", "ConnectionLimits": "server", "DaemonOptions": "server",
-    "DatasetAccess": "access", "ReaderWindows": "budget",
+    "DatasetAccess": "access", "read_token": "access", "ReaderWindows": "budget",
 })

@@ -23,6 +23,7 @@ import threading
 
 from vlmdata import fsutil
 from vlmdata.errors import ConfigError, NotServedError
+from vlmdata.fsutil import open_private, private_parent
 
 __all__ = ["DatasetAccess", "TokenFile", "dataset_prefix", "normalize_prefix", "read_token"]
 
@@ -108,13 +109,12 @@ class TokenFile:
     """The TCP listener's secret: created 0600 (never readable by others, not even for a moment)."""
 
     def __init__(self, path: str):
-        self.path = os.path.abspath(path)
+        self.path = private_parent(path)
         self.token = secrets.token_hex(32)
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
         tmp = f"{self.path}.tmp-{os.getpid()}"
         if os.path.lexists(tmp):
             os.unlink(tmp)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             os.write(fd, self.token.encode() + b"\n")
             os.fsync(fd)
@@ -133,6 +133,9 @@ class TokenFile:
 
 
 def read_token(path: str) -> str:
-    """A daemon's TCP token from its token file."""
-    with open(path, encoding="utf-8") as f:
-        return f.read().strip()
+    """A daemon's TCP token from its token file: one of ours that only we can write, not a symlink (a token
+    path pointing elsewhere would send that file's text to whatever listens on the port)."""
+    path = os.path.abspath(path)
+    with os.fdopen(open_private(os.path.dirname(path), os.path.basename(path), os.O_RDONLY),
+                   encoding="utf-8") as f:
+        return f.read(4096).strip()

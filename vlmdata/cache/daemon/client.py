@@ -21,12 +21,13 @@ import threading
 import time
 
 from vlmdata.cache.daemon.access import dataset_prefix, read_token
-from vlmdata.cache.daemon.protocol import connect, recv_msg, ref_to_wire, send_msg
+from vlmdata.cache.daemon.protocol import connect, parse_address, recv_msg, ref_to_wire, send_msg
 from vlmdata.cache.eviction import AccessPlan, planned_keys
 from vlmdata.cache.fetch import DirectFetcher, ShardRef
 from vlmdata.cache.keys import key_for
 from vlmdata.cache.tiers import map_file
-from vlmdata.errors import BadKeyError, FetchError, ProtocolError
+from vlmdata.errors import BadKeyError, FetchError, ProtocolError, UnsafePathError
+from vlmdata.fsutil import check_private_file
 from vlmdata.metrics.counts import StatsDelta
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,11 @@ class DaemonClient:
 
     def _open(self) -> None:
         """Connect, authenticate (TCP) and register what is known (Unix socket); raises on failure."""
+        if not self._over_tcp:                       # a socket another user put there is not our daemon
+            try:
+                check_private_file(parse_address(self.config.daemon)[1])
+            except UnsafePathError as exc:
+                raise ProtocolError(str(exc)) from None
         self._sock = connect(self.config.daemon, timeout=self.timeout_seconds)
         known, self._registered = self._registered, set()
         if self._over_tcp:
@@ -206,7 +212,7 @@ class DaemonClient:
             return None
         try:
             return read_token(path)
-        except OSError as exc:
+        except (OSError, UnsafePathError) as exc:
             raise ProtocolError(f"cannot read the daemon's token file {path}: {exc}") from None
 
     def _register(self, refs: list[ShardRef]) -> None:

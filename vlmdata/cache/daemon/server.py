@@ -19,6 +19,12 @@ Hardening (the daemon reads with its own user's rights on behalf of local client
 - frames are bounded (`ConnectionLimits.max_message`, refused unread), idle connections are closed
   after `idle_timeout` seconds, and at most `max_connections` are served at once (more are told
   "busy" and closed; readers then fetch directly);
+- a TCP connection that has not yet given the token holds one of `max_unauthenticated` slots of its
+  own (and is closed after `auth_timeout` seconds), never one of the owner's `max_connections`: any
+  local user can open TCP connections, but cannot lock the owner's readers out;
+- the socket's folder is created 0700 (or must be ours, or sticky like /tmp), the socket and the
+  token file are checked to be ours (`vlmdata.fsutil`), and a socket another user left at
+  the path is refused, not removed;
 - `get` reads at most the declared size (or the budget), and when pinned entries fill the budget it
   answers "no_room" and the reader reads that shard directly: pressure costs speed, never samples.
 """
@@ -40,6 +46,7 @@ from vlmdata.cache.daemon.protocol import MAX_MESSAGE, recv_msg, ref_from_wire, 
 from vlmdata.cache.keys import key_for
 from vlmdata.cache.shard_cache import ShardCache
 from vlmdata.errors import BadKeyError, FetchError, NoRoomError, NotServedError, ProtocolError
+from vlmdata.fsutil import check_private_file, private_parent
 from vlmdata.metrics.registry import MetricSet
 from vlmdata.retry import RetryPolicy
 
@@ -53,10 +60,14 @@ class ConnectionLimits:
     max_connections: int = 512          # readers served at once (local ranks x DataLoader workers, plus tools)
     idle_timeout: float = 600.0         # seconds a connection may stay silent (readers reconnect transparently)
     max_message: int = MAX_MESSAGE      # bytes in one frame (a plan of ~300k shards)
+    max_unauthenticated: int = 16       # TCP connections still to give the token (a budget of their own)
+    auth_timeout: float = 10.0          # seconds a TCP connection has to give the token
 
     def __post_init__(self) -> None:
-        if self.max_connections < 1 or self.idle_timeout <= 0 or self.max_message < 1024:
-            raise ValueError("max_connections must be >= 1, idle_timeout > 0 and max_message >= 1024")
+        if self.max_connections < 1 or self.idle_timeout <= 0 or self.max_message < 1024 \
+                or self.max_unauthenticated < 1 or self.auth_timeout <= 0:
+            raise ValueError("max_connections and max_unauthenticated must be >= 1, idle_timeout and "
+                             "auth_timeout > 0, max_message >= 1024")
 
 
 @dataclass
@@ -100,6 +111,7 @@ def _claim_socket_path(path: str) -> None:
         return
     if not stat.S_ISSOCK(os.lstat(path).st_mode):
         raise FileExistsError(f"{path} exists and is not a socket; choose another --socket path")
+    check_private_file(path)                # another user's socket is theirs: refused, never removed
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(path)
@@ -132,6 +144,7 @@ class CacheDaemon:
         self._stopped = False
         self._lock = threading.Lock()
         self._connections = 0
+        self._unauthenticated = 0
         self._largest_shard = 0
         self._budget_needed = 0
         self.token: TokenFile | None = None
@@ -144,13 +157,18 @@ class CacheDaemon:
 
     @property
     def connections(self) -> int:
+        """Readers served now (Unix socket, and TCP ones that gave the token)."""
         return self._connections
+
+    @property
+    def unauthenticated(self) -> int:
+        """TCP connections open now that have not given the token yet."""
+        return self._unauthenticated
 
     def start(self) -> None:
         handler = self._handler_class()
         if self.opts.socket_path:
-            path = os.path.abspath(self.opts.socket_path)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            path = private_parent(self.opts.socket_path)
             _claim_socket_path(path)
             old = os.umask(0o177)  # the socket is created 0600: no window where others could connect
             try:
@@ -158,6 +176,7 @@ class CacheDaemon:
             finally:
                 os.umask(old)
             os.chmod(path, 0o600)
+            check_private_file(path)
             self._servers.append(server)
             log.info("cache daemon listening on unix socket %s", path)
         if self.opts.tcp_port is not None:
@@ -232,31 +251,67 @@ class CacheDaemon:
 
         return Handler
 
-    def _admit(self) -> bool:
+    def _admit(self, pool: str) -> bool:
+        """Take a slot of `pool` ("owner": Unix-socket and authenticated TCP readers; "unauthenticated":
+        TCP connections yet to give the token)."""
         with self._lock:
-            if self._connections >= self.opts.limits.max_connections:
-                return False
-            self._connections += 1
+            if pool == "owner":
+                if self._connections >= self.opts.limits.max_connections:
+                    return False
+                self._connections += 1
+            else:
+                if self._unauthenticated >= self.opts.limits.max_unauthenticated:
+                    return False
+                self._unauthenticated += 1
             return True
 
+    def _release(self, pool: str) -> None:
+        with self._lock:
+            if pool == "owner":
+                self._connections -= 1
+            else:
+                self._unauthenticated -= 1
+
+    def _busy(self, sock: socket.socket, pool: str) -> None:
+        limit = self.opts.limits.max_connections if pool == "owner" else self.opts.limits.max_unauthenticated
+        log.warning("refusing a connection: %d %s connections are open", limit,
+                    "reader" if pool == "owner" else "unauthenticated TCP")
+        try:
+            sock.settimeout(5)
+            send_msg(sock, {"ok": False, "error": "busy", "message": f"the cache daemon serves {limit} "
+                            f"{'connections' if pool == 'owner' else 'connections without the token'} at most; "
+                            "fetch directly"})
+        except OSError:
+            pass
+
     def _serve_connection(self, sock: socket.socket) -> None:
-        limits = self.opts.limits
-        if not self._admit():
-            log.warning("refusing a connection: %d are open (--max-connections)", limits.max_connections)
+        over_tcp = sock.family != socket.AF_UNIX
+        if over_tcp:
+            if not self._admit("unauthenticated"):
+                return self._busy(sock, "unauthenticated")
             try:
-                sock.settimeout(5)
-                send_msg(sock, {"ok": False, "error": "busy", "message": "the cache daemon serves "
-                                f"{limits.max_connections} connections at most; fetch directly"})
-            except OSError:
-                pass
-            return
+                sock.settimeout(self.opts.limits.auth_timeout)
+                ok = self._authenticate(sock)
+            except (ConnectionError, OSError) as exc:
+                log.debug("unauthenticated connection closed: %s", exc)
+                ok = False
+            finally:
+                self._release("unauthenticated")
+            if not ok:
+                return
+        if not self._admit("owner"):
+            return self._busy(sock, "owner")
+        try:
+            self._serve_reader(sock, over_tcp)
+        finally:
+            self._release("owner")
+
+    def _serve_reader(self, sock: socket.socket, over_tcp: bool) -> None:
+        limits = self.opts.limits
         reader = next(self._ids)
         pinned: str | None = None
-        over_tcp = sock.family != socket.AF_UNIX
         try:
             sock.settimeout(limits.idle_timeout)  # a silent connection is closed (the reader reconnects)
-            if over_tcp and not self._authenticate(sock):
-                return
             while True:
                 try:
                     msg = recv_msg(sock, limits.max_message)
@@ -276,8 +331,6 @@ class CacheDaemon:
             if pinned is not None:
                 self.cache.unpin(pinned)
             self.cache.drop_reader(reader)
-            with self._lock:
-                self._connections -= 1
 
     def _authenticate(self, sock: socket.socket) -> bool:
         """The first TCP message must be {"op": "hello", "token": T} with this daemon's token."""
