@@ -35,8 +35,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from vlmdata.sysinfo import cpu_model  # noqa: E402
-from vlmdata.testing import write_report  # noqa: E402
-from vlmdata.testing.clips import ClipSpec, make_clip  # noqa: E402
+from vlmdata.testing import (  # noqa: E402
+    ClipSpec,
+    make_clip,
+    write_report,  # noqa: E402
+)
 from vlmdata.video import decode_frames, probe_clip  # noqa: E402
 
 

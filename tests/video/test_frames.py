@@ -6,7 +6,7 @@ import io
 import numpy as np
 import pytest
 
-from vlmdata.testing.clips import ClipSpec, make_clip
+from vlmdata.testing import ClipSpec, make_clip
 from vlmdata.video import decode_frames, probe_clip
 
 av = pytest.importorskip("av")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vlmdata.errors import Skip
-from vlmdata.testing.clips import ClipSpec, make_clip
+from vlmdata.testing import ClipSpec, make_clip
 from vlmdata.video import ClipInfo, ClipLimits, ClipProblem, probe_clip
 
 av = pytest.importorskip("av")

