@@ -17,7 +17,6 @@ decode+resize (uint8) and the full GPU stage (normalise + layout, bf16).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import platform
@@ -31,7 +30,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from PIL import Image  # noqa: E402
 
 from vlmdata.decode import PillowDecoder  # noqa: E402
 from vlmdata.decode.dali import DaliCpuDecoder  # noqa: E402
@@ -42,23 +40,10 @@ try:
 except ImportError:
     TurboDecoder = None
 from vlmdata.decode import DynamicPolicy, FixedPolicy  # noqa: E402
-from vlmdata.testing import generator_script  # noqa: E402
+from vlmdata.testing import corpus_images, generator_script  # noqa: E402
 
 POLICIES = {"fixed 336x336": FixedPolicy(336), "dynamic (14x2, <=448^2)": DynamicPolicy()}
 
-
-
-def load_images(raw: Path) -> tuple[list[bytes], list[tuple[int, int]]]:
-    data, sizes = [], []
-    for p in sorted((raw / "images").glob("*.jpg")):
-        b = p.read_bytes()
-        try:
-            with Image.open(io.BytesIO(b)) as im:
-                sizes.append(im.size)
-        except OSError:
-            continue
-        data.append(b)
-    return data, sizes
 
 
 
@@ -211,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             raw = Path(tmp) / "raw"
             subprocess.run([sys.executable, generator_script(), str(raw), "--samples", str(args.samples),
                             "--seed", str(args.seed)], check=True, capture_output=True)
-        data, sizes = load_images(raw)
+        data, sizes = corpus_images(raw)
     print(f"images: {len(data)} ({sum(map(len, data)) / 1e6:.1f} MB encoded), calls of {args.pack}")
     results = bench(args, data, sizes, gpu is not None)
     write_report(args.out, args, machine, vers, results, len(data))

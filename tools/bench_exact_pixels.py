@@ -44,22 +44,9 @@ from PIL import Image  # noqa: E402
 from vlmdata.decode import DynamicPolicy, ExactDecoder, PillowDecoder, pack_patches  # noqa: E402
 from vlmdata.hf import qwen_patches  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
-from vlmdata.testing import generator_script, write_report  # noqa: E402
+from vlmdata.testing import corpus_images, generator_script, write_report  # noqa: E402
 
 _STATE: dict = {}     # what forked workers read: images, processor, policy
-
-
-def load_corpus(raw: Path) -> tuple[list[bytes], list[tuple[int, int]]]:
-    data, sizes = [], []
-    for p in sorted((raw / "images").glob("*.jpg")):
-        b = p.read_bytes()
-        try:
-            with Image.open(io.BytesIO(b)) as im:
-                sizes.append(im.size)
-        except OSError:
-            continue
-        data.append(b)
-    return data, sizes
 
 
 def _opened(b: bytes) -> Image.Image:
@@ -185,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         raw = Path(tmp) / "raw"
         subprocess.run([sys.executable, generator_script(), str(raw), "--samples", str(args.samples),
                         "--seed", str(args.seed)], check=True, capture_output=True)
-        data, sizes = load_corpus(raw)
+        data, sizes = corpus_images(raw)
     proc = Qwen2VLImageProcessorPil()
     policy = DynamicPolicy(proc.patch_size, proc.merge_size, proc.size["shortest_edge"], proc.size["longest_edge"])
     _STATE.update(proc=proc, policy=policy, pack=args.pack, exact=ExactDecoder(resample=int(proc.resample)),

@@ -1,34 +1,11 @@
-"""Helpers for the decode tests: a gen_raw corpus's images with their header sizes."""
+"""Helpers for the decode tests: a generated corpus's images (vlmdata.testing.corpus_images), damaged images."""
 from __future__ import annotations
 
-import io
-import json
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
-
-def corpus_images(root: Path, limit: int | None = None) -> tuple[list[bytes], list[tuple[int, int]]]:
-    """Encoded images of a gen_raw corpus in sample order, with (width, height) read from the header."""
-    data, sizes = [], []
-    for line in (root / "data.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        paths = rec.get("images") or ([rec["image"]] if "image" in rec else [])
-        for rel in paths:
-            p = root / rel
-            if not p.exists() or p.stat().st_size == 0:
-                continue
-            raw = p.read_bytes()
-            try:
-                with Image.open(io.BytesIO(raw)) as im:
-                    sizes.append(im.size)
-            except OSError:
-                continue
-            data.append(raw)
-            if limit is not None and len(data) >= limit:
-                return data, sizes
-    return data, sizes
+from vlmdata.testing import corpus_images  # noqa: F401  (the decode tests take it from here)
 
 
 def truncated(jpeg: bytes) -> bytes:

@@ -7,7 +7,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "BUCKET": "slow_store", "SlowStore": "slow_store", "serve_store": "slow_store", "upload_random": "slow_store",
     "simulate": "cache_traces", "window_shuffle_trace": "cache_traces",
     "GEN_RAW_WORDS": "corpus", "generator_script": "corpus", "gen_raw_lengths": "corpus",
-    "image_and_word_counts": "corpus", "image_sizes": "corpus", "generate_raw": "raw_corpus",
+    "image_and_word_counts": "corpus", "image_sizes": "corpus", "corpus_images": "corpus", "generate_raw": "raw_corpus",
     "ClipSpec": "clips", "make_clip": "clips",
     "SyntheticDataset": "synthetic_pipeline", "SyntheticSpec": "synthetic_pipeline",
     "write_report": "reports",

@@ -6,6 +6,8 @@ any image), so packing and planning can be measured on millions of samples.
 """
 from __future__ import annotations
 
+import io
+import json
 import os
 from pathlib import Path
 
@@ -61,3 +63,27 @@ def gen_raw_lengths(n: int, seed: int = 0, image_tokens: int = 576) -> tuple[np.
     chars = np.bincount(owner, weights=word_len[rng.integers(0, len(word_len), int(words.sum()))], minlength=n)
     text = PROMPT_TOKENS + images + chars.astype(np.int64) + words - 1
     return text + image_tokens * images, images
+
+
+def corpus_images(root: str | Path, limit: int | None = None) -> tuple[list[bytes], list[tuple[int, int]]]:
+    """Encoded images of a generated corpus in sample order, with (width, height) from the header; the
+    missing, empty and unreadable files of its corruptions are left out."""
+    from PIL import Image
+
+    root, data, sizes = Path(root), [], []
+    for line in (root / "data.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        for rel in rec.get("images") or ([rec["image"]] if "image" in rec else []):
+            p = root / rel
+            if not p.exists() or p.stat().st_size == 0:
+                continue
+            raw = p.read_bytes()
+            try:
+                with Image.open(io.BytesIO(raw)) as im:
+                    sizes.append(im.size)
+            except OSError:
+                continue
+            data.append(raw)
+            if limit is not None and len(data) >= limit:
+                return data, sizes
+    return data, sizes
