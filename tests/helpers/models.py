@@ -39,24 +39,24 @@ def qwen3_folder_or_skip(**pixels) -> Path:
 
 # transformers checks a processor's parts against its video-processor registry, which needs torchvision
 # (absent here); the processors are built from their parts with that check off.
-def qwen_processor(folder: Path):
-    from transformers import AutoTokenizer, ProcessorMixin, Qwen2VLImageProcessorPil, Qwen2VLProcessor
+def _processor(folder: Path, processor_class: str):
+    import transformers
+    from transformers import AutoTokenizer, ProcessorMixin, Qwen2VLImageProcessorPil
 
     template = json.loads((folder / "chat_template.json").read_text())["chat_template"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ProcessorMixin, "check_argument_for_proper_class", lambda self, name, arg: type(arg))
-        return Qwen2VLProcessor(image_processor=Qwen2VLImageProcessorPil.from_pretrained(str(folder)),
-                                tokenizer=AutoTokenizer.from_pretrained(str(folder)), chat_template=template)
+        return getattr(transformers, processor_class)(
+            image_processor=Qwen2VLImageProcessorPil.from_pretrained(str(folder)),
+            tokenizer=AutoTokenizer.from_pretrained(str(folder)), chat_template=template)
+
+
+def qwen_processor(folder: Path):
+    return _processor(folder, "Qwen2VLProcessor")
 
 
 def qwen3_processor(folder: Path):
-    from transformers import AutoTokenizer, ProcessorMixin, Qwen2VLImageProcessorPil, Qwen3VLProcessor
-
-    template = json.loads((folder / "chat_template.json").read_text())["chat_template"]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ProcessorMixin, "check_argument_for_proper_class", lambda self, name, arg: type(arg))
-        return Qwen3VLProcessor(image_processor=Qwen2VLImageProcessorPil.from_pretrained(str(folder)),
-                                tokenizer=AutoTokenizer.from_pretrained(str(folder)), chat_template=template)
+    return _processor(folder, "Qwen3VLProcessor")
 
 
 def llava_processor(folder: Path):
