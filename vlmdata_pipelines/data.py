@@ -45,7 +45,7 @@ class DataOptions:
 
     data: str                          # dataset directory or URL (has manifest.json)
     max_tokens: int = 2048
-    max_images: int = 16
+    max_images: int | None = None   # None: the image policy's default budget (VLMDataset)
     image_size: int | str = 56         # an int (fixed S x S) or "dynamic"
     num_workers: int | str = 1
     decoder: str = "auto"

@@ -166,7 +166,7 @@ def epoch_packs(data: str, max_tokens: int, policy) -> list[dict]:
     """Every non-empty pack of epoch 0 of the dataset at `data` (one rank, in order, Pillow decode)."""
     from vlmdata.loading import VLMDataset
 
-    ds = VLMDataset(data, seed=0, max_tokens=max_tokens, max_images=16, image_size=policy, rank=0, world_size=1,
+    ds = VLMDataset(data, seed=0, max_tokens=max_tokens, image_size=policy, rank=0, world_size=1,
                     decoder="pillow")
     ds.set_epoch(0)
     return [b for b in ds if b["sample_keys"]]

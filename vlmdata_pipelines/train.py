@@ -497,7 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="dataset directory or URL (with manifest.json)")
     p.add_argument("--max-tokens", type=int, default=2048)
-    p.add_argument("--max-images", type=int, default=16)
+    p.add_argument("--max-images", type=int, default=None,
+                   help="images per pack at most (default: the image policy's budget: 16 for fixed-size images, "
+                        "a vision-patch budget and no image cap for Qwen2-VL-style dynamic resolution)")
     p.add_argument("--image-size", default="56", help="fixed image side (multiple of 14) or 'dynamic'")
     p.add_argument("--num-workers", default="1", help="DataLoader workers per rank, or 'auto'")
     p.add_argument("--decoder", default="auto", help="pillow | dali | auto")

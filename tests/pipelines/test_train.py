@@ -108,3 +108,13 @@ def test_activation_checkpointing_gives_the_same_gradients():
         grads.append({k: p.grad for k, p in model.named_parameters()})
     for k in grads[0]:
         torch.testing.assert_close(grads[0][k], grads[1][k], rtol=1e-5, atol=1e-7)
+
+
+def test_image_budget_defaults_to_the_datasets_policy():
+    """No --max-images: the dataset's image policy decides (16 images for fixed size, a patch budget for
+    dynamic resolution), as for VLMDataset itself; an explicit cap is passed through."""
+    from vlmdata_pipelines.train import build_parser
+
+    assert build_parser().parse_args(["--data", "ds"]).max_images is None
+    assert build_parser().parse_args(["--data", "ds", "--max-images", "4"]).max_images == 4
+    assert DataOptions(data="ds").max_images is None

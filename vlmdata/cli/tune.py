@@ -25,7 +25,9 @@ def register(subparsers) -> None:
     p.add_argument("dataset", help="dataset directory or URL (as given to VLMDataset)")
     p.add_argument("--max-tokens", type=int, default=8192, help="tokens per pack (default 8192)")
     p.add_argument("--image-size", type=int, default=336, help="fixed image side in pixels (default 336)")
-    p.add_argument("--max-images", type=int, default=16, help="images per pack at most (default 16)")
+    p.add_argument("--max-images", type=int, default=None,
+                   help="images per pack at most (default: the image policy's budget: 16 for fixed-size images, "
+                        "a vision-patch budget and no image cap for dynamic resolution)")
     p.add_argument("--decoder", default="auto", choices=("auto", "pillow", "dali"))
     p.add_argument("--pixels", default=None, choices=("exact", "fast"),
                    help="exact: the model's image processor's pixels, bit for bit (default for a dataset sharded "
