@@ -15,7 +15,7 @@
 #   loader-gpu   tools/bench_gpu_loader.py: the memmap path's host-to-device rate (pinned and straight from
 #                the packs' shared memory, next to a plain 256 MiB H2D copy) and DALI mixed decode images/s
 #                end to end (tar shards, defer_decode, DaliGpuStage in the training process)
-#   attention    vlmdata_pipelines.attention: each CUDA varlen backend equals the reference (if pipelines/ exists)
+#   attention    vlmdata_pipelines.attention: each CUDA varlen backend equals the reference (if vlmdata_pipelines/ exists)
 #   attn-bench   tools/bench_attention.py: time and peak memory of each varlen backend vs padded SDPA
 #   telemetry    tests/pipelines/test_telemetry.py + test_profiling.py on the GPU: NVML and allocator
 #                metrics, and the profiler's step breakdown from CUDA kernels (sums to the step time)
