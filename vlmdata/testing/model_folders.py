@@ -20,7 +20,9 @@ Downloads go through `pip download --no-deps` into a cache folder, once.
 (`Qwen3VLConfig`, `Qwen2VLImageProcessorPil` with Qwen3-VL's patch 16 and mean/std
 0.5): the image-token ids (151652-151655) are Qwen3-VL's, the chat template is
 Qwen2-VL's (Qwen3-VL's own is on no PyPI package; the family renders whichever
-template the folder holds).
+template the folder holds). `qwen2_5_vl_folder(cache)` is the same tokenizer and
+(Qwen2.5-VL's own) chat template with a `Qwen2_5_VLConfig` and Qwen2.5-VL's image
+processor settings (patch 14, CLIP mean/std).
 
 `llava_folder(dir)` and `chatml_folder(dir)` build small tokenizers with the
 `tokenizers` library (a LLaMA-style Metaspace tokenizer that adds BOS; a
@@ -195,29 +197,24 @@ def qwen2_vl_folder(cache: Path | None = None, *, max_pixels: int = 12845056, mi
     return out
 
 
-def qwen3_vl_folder(cache: Path | None = None, *, max_pixels: int = 16777216, min_pixels: int = 65536) -> Path:
-    """A Qwen3-VL processor folder (see the module docstring); ModelFilesUnavailable without PyPI."""
+def _qwen_variant_folder(cache: Path | None, name: str, processor_class: str, config, image_processor,
+                         min_pixels: int, max_pixels: int) -> Path:
+    """A folder of another Qwen-VL generation: the Qwen2-VL tokenizer and chat template, that generation's
+    config and image processor (built by transformers' classes), its processor class named."""
     import shutil
 
-    from transformers import Qwen2VLImageProcessorPil, Qwen3VLConfig
-
     cache = Path(cache) if cache is not None else default_cache()
-    out = cache / f"qwen3-vl-{min_pixels}-{max_pixels}"
+    out = cache / f"{name}-{min_pixels}-{max_pixels}"
     if (out / "config.json").exists():
         return out
     qwen2 = qwen2_vl_folder(cache, min_pixels=min_pixels, max_pixels=max_pixels)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    for name in ("tokenizer.json", "chat_template.json"):
-        shutil.copyfile(qwen2 / name, tmp / name)
+    for file in ("tokenizer.json", "chat_template.json"):
+        shutil.copyfile(qwen2 / file, tmp / file)
     tok_cfg = json.loads((qwen2 / "tokenizer_config.json").read_text(encoding="utf-8"))
-    _write_json(tmp / "tokenizer_config.json", {**tok_cfg, "processor_class": "Qwen3VLProcessor"})
-    images = Qwen2VLImageProcessorPil(patch_size=16, merge_size=2, temporal_patch_size=2, image_mean=[0.5] * 3,
-                                      image_std=[0.5] * 3, size={"shortest_edge": min_pixels,
-                                                                 "longest_edge": max_pixels})
-    _write_json(tmp / "preprocessor_config.json", {**images.to_dict(), "processor_class": "Qwen3VLProcessor"})
-    config = Qwen3VLConfig(image_token_id=151655, video_token_id=151656, vision_start_token_id=151652,
-                           vision_end_token_id=151653, text_config={"vocab_size": 151936})
+    _write_json(tmp / "tokenizer_config.json", {**tok_cfg, "processor_class": processor_class})
+    _write_json(tmp / "preprocessor_config.json", {**image_processor.to_dict(), "processor_class": processor_class})
     _write_json(tmp / "config.json", config.to_dict())
     try:
         os.replace(tmp, out)
@@ -225,6 +222,29 @@ def qwen3_vl_folder(cache: Path | None = None, *, max_pixels: int = 16777216, mi
         if not (out / "config.json").exists():
             raise
     return out
+
+
+def qwen3_vl_folder(cache: Path | None = None, *, max_pixels: int = 16777216, min_pixels: int = 65536) -> Path:
+    """A Qwen3-VL processor folder (see the module docstring); ModelFilesUnavailable without PyPI."""
+    from transformers import Qwen2VLImageProcessorPil, Qwen3VLConfig
+
+    images = Qwen2VLImageProcessorPil(patch_size=16, merge_size=2, temporal_patch_size=2, image_mean=[0.5] * 3,
+                                      image_std=[0.5] * 3, size={"shortest_edge": min_pixels,
+                                                                 "longest_edge": max_pixels})
+    config = Qwen3VLConfig(image_token_id=151655, video_token_id=151656, vision_start_token_id=151652,
+                           vision_end_token_id=151653, text_config={"vocab_size": 151936})
+    return _qwen_variant_folder(cache, "qwen3-vl", "Qwen3VLProcessor", config, images, min_pixels, max_pixels)
+
+
+def qwen2_5_vl_folder(cache: Path | None = None, *, max_pixels: int = 12845056, min_pixels: int = 3136) -> Path:
+    """A Qwen2.5-VL processor folder (the Qwen2-VL tokenizer; Qwen2.5-VL's config and image processor at
+    their defaults, patch 14); ModelFilesUnavailable without PyPI."""
+    from transformers import Qwen2_5_VLConfig, Qwen2VLImageProcessorPil
+
+    images = Qwen2VLImageProcessorPil(size={"shortest_edge": min_pixels, "longest_edge": max_pixels})
+    config = Qwen2_5_VLConfig(image_token_id=151655, video_token_id=151656, vision_start_token_id=151652,
+                              vision_end_token_id=151653, text_config={"vocab_size": 151936})
+    return _qwen_variant_folder(cache, "qwen2.5-vl", "Qwen2_5_VLProcessor", config, images, min_pixels, max_pixels)
 
 
 def llava_folder(path: Path, words: list[str] | None = None) -> Path:
