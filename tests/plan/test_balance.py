@@ -193,3 +193,23 @@ def test_balanced_plan_through_a_plan_share_equals_the_local_one(tmp_path):
     assert {r: [a.samples.tolist() for a in v] for r, v in again.items()} == \
         {r: [a.samples.tolist() for a in v] for r, v in local.items()}
     assert store.get(0, lambda: None).image_squares is not None
+
+
+def test_a_steps_deal_is_computed_once_per_planner(monkeypatch):
+    """Announcing a window's reads and building its packs ask for the same deals: they are dealt once."""
+    from vlmdata.plan import assign
+
+    p = make_planner()
+    planned(p)
+    calls = []
+    real = assign.balance_step
+    monkeypatch.setattr(assign, "balance_step", lambda *a, **k: calls.append(1) or real(*a, **k))
+    first = [assign.rank_step_samples(p, start, 4, 1, COMPUTE) for start in range(0, 40, 4)]
+    again = [assign.rank_step_samples(p, start, 4, 1, COMPUTE) for start in range(0, 40, 4)]
+    assert len(calls) == 10
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    fresh = make_planner()                  # another planner of the same epoch deals again, to the same result
+    planned(fresh)
+    assert all(np.array_equal(a, assign.rank_step_samples(fresh, start, 4, 1, COMPUTE))
+               for a, start in zip(first, range(0, 40, 4)))
+    assert len(calls) == 20

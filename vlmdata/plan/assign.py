@@ -22,7 +22,8 @@ DataLoader's in-order round robin hands the packs out in the rank's order.
 """
 from __future__ import annotations
 
-from collections import Counter
+import weakref
+from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -97,10 +98,23 @@ def _deal(planner, parts: list[np.ndarray], source: range, balance: Balance) -> 
                         opts.max_tokens, limit, balance)
 
 
+# A worker deals each of its steps twice: when it announces a window's shard reads, then when it builds the
+# step's pack. The deals are kept per planner (one epoch of one dataset copy), the most recent ones only.
+_DEALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+KEEP_DEALS = 4096
+
+
 def step_deal(planner, start: int, world: int, balance: Balance) -> StepDeal:
-    """The balanced deal of the full step made of global packs start .. start + world - 1."""
-    source = range(start, start + world)
-    return _deal(planner, [planner.pack_samples(g)[0] for g in source], source, balance)
+    """The balanced deal of the full step made of global packs start .. start + world - 1 (memoised)."""
+    deals = _DEALS.setdefault(planner, OrderedDict())
+    key = (start, world, balance)
+    deal = deals.get(key)
+    if deal is None:
+        source = range(start, start + world)
+        deal = deals[key] = _deal(planner, [planner.pack_samples(g)[0] for g in source], source, balance)
+        if len(deals) > KEEP_DEALS:
+            deals.popitem(last=False)
+    return deal
 
 
 def balances(planner, balance: Balance | None) -> bool:
