@@ -153,6 +153,16 @@ def _write_json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=1, ensure_ascii=False), encoding="utf-8")
 
 
+def _publish(tmp: Path, out: Path) -> Path:
+    """Move a finished folder into place (another process may have finished first: its folder stands)."""
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        if not (out / "config.json").exists():
+            raise
+    return out
+
+
 def qwen2_vl_folder(cache: Path | None = None, *, max_pixels: int = 12845056, min_pixels: int = 3136) -> Path:
     """A Qwen2-VL-Instruct processor folder assembled from files shipped on PyPI (see the module docstring).
 
@@ -189,12 +199,7 @@ def qwen2_vl_folder(cache: Path | None = None, *, max_pixels: int = 12845056, mi
                                       "bos_token_id": 151643, "eos_token_id": 151645,
                                       "vision_config": {"patch_size": 14, "spatial_merge_size": 2,
                                                         "temporal_patch_size": 2}})
-    try:
-        os.replace(tmp, out)
-    except OSError:  # another process finished first
-        if not (out / "config.json").exists():
-            raise
-    return out
+    return _publish(tmp, out)
 
 
 def _qwen_variant_folder(cache: Path | None, name: str, processor_class: str, config, image_processor,
@@ -216,12 +221,7 @@ def _qwen_variant_folder(cache: Path | None, name: str, processor_class: str, co
     _write_json(tmp / "tokenizer_config.json", {**tok_cfg, "processor_class": processor_class})
     _write_json(tmp / "preprocessor_config.json", {**image_processor.to_dict(), "processor_class": processor_class})
     _write_json(tmp / "config.json", config.to_dict())
-    try:
-        os.replace(tmp, out)
-    except OSError:  # another process finished first
-        if not (out / "config.json").exists():
-            raise
-    return out
+    return _publish(tmp, out)
 
 
 def qwen3_vl_folder(cache: Path | None = None, *, max_pixels: int = 16777216, min_pixels: int = 65536) -> Path:

@@ -8,24 +8,16 @@ from __future__ import annotations
 import json
 import shutil
 
-import numpy as np
 import pytest
-import torch
 
-from tests.helpers.exact_pixels import hf_pixels, max_diff
-from tests.helpers.models import (
-    QWEN3_TEST_PIXELS,
-    chatml_assistant_positions,
-    qwen3_folder_or_skip,
-    qwen3_processor,
-    reference_conversations,
-    samples_of,
-    write_reference_rows,
+from tests.helpers.models import QWEN3_TEST_PIXELS, qwen3_folder_or_skip, qwen3_processor
+from tests.helpers.qwen_checks import (
+    check_rendering,
+    check_sharded_and_loaded,
+    check_token_counts,
+    check_vision_settings,
 )
-from vlmdata import ShardConfig, VLMDataset, shard_dataset
 from vlmdata.errors import ConfigError
-from vlmdata.hf import ModelSpec, make_adapter, take_meta
-from vlmdata.text import Conversation
 from vlmdata.text.families import load_family
 
 
@@ -40,68 +32,22 @@ def processor(qwen3):
 
 
 def test_family_is_detected_with_the_processor_settings(qwen3, processor):
-    fam = load_family(str(qwen3))
-    assert fam.name == "qwen3_vl"
-    v, ip = fam.vision, processor.image_processor
-    assert (v.image_token_id, v.vision_start_id, v.vision_end_id) == (processor.image_token_id,
-                                                                     processor.vision_start_token_id,
-                                                                     processor.vision_end_token_id)
-    assert (v.patch_size, v.merge_size, v.temporal_patch_size) == (ip.patch_size, ip.merge_size,
-                                                                  ip.temporal_patch_size) == (16, 2, 2)
-    assert v.image_mean == tuple(ip.image_mean) == (0.5, 0.5, 0.5) and v.image_std == tuple(ip.image_std)
-    assert (v.min_pixels, v.max_pixels) == (ip.size["shortest_edge"], ip.size["longest_edge"])
-    assert v.resample == int(ip.resample)
+    check_vision_settings(qwen3, processor, "qwen3_vl", patch=16)
+    assert load_family(str(qwen3)).vision.image_mean == (0.5, 0.5, 0.5)
 
 
 @pytest.mark.parametrize("pixels", [QWEN3_TEST_PIXELS, {}], ids=["test-bounds", "qwen3-published-bounds"])
 def test_token_counts_equal_the_processor_for_random_sizes(pixels):
     folder = qwen3_folder_or_skip(**pixels)
-    ip = qwen3_processor(folder).image_processor
-    policy = load_family(str(folder)).vision.image_policy()
-    rng = np.random.default_rng(7)
-    w = np.exp(rng.uniform(0, np.log(8000), 20_000)).astype(np.int64) + 1      # 1 to 8,000 px, log-uniform
-    h = np.exp(rng.uniform(0, np.log(8000), 20_000)).astype(np.int64) + 1
-    keep = np.maximum(w, h) / np.minimum(w, h) < 200             # the processor refuses ratios of 200 and more
-    w, h = w[keep][:10_000], h[keep][:10_000]
-    assert len(w) == 10_000 and w.min() < 16 and w.max() > 4000
-    want = np.array([ip.get_number_of_image_patches(int(b), int(a)) // 4 for a, b in zip(w, h)])
-    assert np.array_equal(policy.tokens(w, h), want)
+    check_token_counts(folder, qwen3_processor(folder), seed=7)
 
 
 def test_rendering_equals_apply_chat_template(qwen3, processor):
-    fam = load_family(str(qwen3))
-    for messages, n in reference_conversations():
-        assert fam.render(Conversation(messages, n))[0] == processor.apply_chat_template(messages, tokenize=False)
+    check_rendering(qwen3, processor)
 
 
 def test_sharded_and_loaded_ids_labels_and_pixels_equal_the_hf_processor(qwen3, processor, tmp_path):
-    rows, expected = write_reference_rows(tmp_path / "raw")
-    m = shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=str(qwen3), workers=0,
-                                  max_samples_per_shard=4))
-    assert m.stats["samples"] == len(expected) and m.stats["skipped_total"] == 0
-    ds = VLMDataset(str(tmp_path / "ds"), max_tokens=1 << 16, max_images=64, rank=0, world_size=1)
-    assert ds.model_family.name == "qwen3_vl" and ds.pixels == "exact"
-    adapter = make_adapter(ModelSpec.from_dataset(ds))
-    files = {json.loads(line)["id"]: json.loads(line)["images"] for line in rows.read_text().splitlines()}
-    got, worst = {}, 0.0
-    for pack in ds:
-        got.update(samples_of(pack))
-        host = adapter(pack)
-        keys = take_meta(host)["sample_keys"]
-        inputs = adapter.finalize(host)
-        refs = [hf_pixels(processor.image_processor, (rows.parent / f).read_bytes()) for k in keys for f in files[k]]
-        if refs:
-            worst = max(worst, max_diff(inputs["pixel_values"], torch.cat([r["pixel_values"] for r in refs])))
-    assert worst <= 1e-5
-    header = processor.tokenizer.encode("assistant\n", add_special_tokens=False)
-    for n, (messages, images) in enumerate(expected):
-        text = processor.apply_chat_template(messages, tokenize=False)
-        ref = processor(text=[text], images=images or None, return_tensors="np")["input_ids"][0]
-        ids, labels = got[f"conv{n}"]
-        assert np.array_equal(ids, ref), f"conv{n}"
-        want = chatml_assistant_positions(ref, 151644, 151645, header)
-        assert want.any() and np.array_equal(labels != -100, want), f"conv{n}"
-        assert np.array_equal(labels[want], ref[want])
+    check_sharded_and_loaded(qwen3, processor, "qwen3_vl", tmp_path)
 
 
 def test_a_family_that_contradicts_the_folder_is_refused(qwen3):
