@@ -30,6 +30,7 @@ from PIL import Image
 from vlmdata.decode.failures import failure_reason
 from vlmdata.decode.policy import ImagePolicy
 from vlmdata.decode.probe import open_image
+from vlmdata.decode.tiled import is_tiled
 from vlmdata.errors import Skip
 from vlmdata.orientation import displayed_size, effective_orientation, read_orientation
 
@@ -57,20 +58,35 @@ class PillowDecoder:
         self._errors: Counter = Counter()
 
     def decode(self, images: list, sizes: list[tuple[int, int]], policy: ImagePolicy) -> list[np.ndarray | None]:
-        """(H, W, 3) uint8 per image at policy.target_size, or None for a bad image."""
+        """(H, W, 3) uint8 per image at policy.target_size, or None for a bad image; a tiled policy's
+        (n, S, S, 3) tiles per image (`decode.tiled`)."""
+        if is_tiled(policy):
+            return [self._guarded(self._tiles, data, w, h, policy) for data, (w, h) in zip(images, sizes)]
         return [self.decode_one(data, *policy.target_size(w, h)) for data, (w, h) in zip(images, sizes)]
 
     def decode_one(self, data, width: int, height: int) -> np.ndarray | None:
         """Decode one encoded image to (height, width, 3) uint8 as displayed, or None (counted)."""
+        return self._guarded(self._decode, data, width, height)
+
+    def _guarded(self, step, *args):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")   # bomb warnings (checked below), palette transparency notes
-                return self._decode(data, width, height)
+                return step(*args)
         except Exception as exc:   # one image never ends the epoch: the reason is counted (decode.failures)
             self._errors[failure_reason(exc, self.name)] += 1
         return None
 
     def _decode(self, data, width: int, height: int) -> np.ndarray | None:
+        return self._displayed(data, width, height, np.asarray)
+
+    def _tiles(self, data, width: int, height: int, policy) -> np.ndarray | None:
+        """A tiled policy's tiles of the whole decoded image, made with this decoder's filter (fast mode)."""
+        return self._displayed(data, width, height, lambda img: policy.pixels(img, int(self.resample)))
+
+    def _displayed(self, data, width: int, height: int, finish):
+        """`finish(image)` of the image as displayed at (width, height), RGB, while it is open; None
+        (counted) for a decompression bomb."""
         with open_image(data) as img:
             if img.width * img.height > self.max_pixels:
                 self._errors[Skip.IMAGE_TOO_LARGE] += 1
@@ -90,7 +106,7 @@ class PillowDecoder:
                 img.load()
             if orientation in TRANSPOSE:
                 img = img.transpose(TRANSPOSE[orientation])
-            return np.asarray(img)
+            return finish(img)
 
     def pop_errors(self) -> Counter:
         """Reasons of the images rejected since the last call."""

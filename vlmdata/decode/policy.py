@@ -1,5 +1,8 @@
 """Image policies: how big each image becomes and how many tokens it costs.
 
+Fixed (LLaVA-1.5) and dynamic (Qwen-VL) policies are here; tiled ones (InternVL, Idefics3, ...) in
+`decode.tiled` and `decode.tiling`.
+
 The planner calls `tokens(width, height)` on whole numpy arrays of indexed
 image sizes (no decode), and decoders call `target_size(width, height)` per
 image, so what is packed is exactly what is decoded.
@@ -9,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from vlmdata.decode.tiled import TiledPolicy, tiled_policy
 
 
 @dataclass(frozen=True)
@@ -98,12 +103,13 @@ class DynamicPolicy:
                 "min_pixels": self.min_pixels, "max_pixels": self.max_pixels}
 
 
-ImagePolicy = FixedPolicy | DynamicPolicy
+ImagePolicy = FixedPolicy | DynamicPolicy | TiledPolicy
 
 
 def make_policy(spec) -> ImagePolicy:
-    """An int (fixed size), a policy object, or a dict from `to_dict()`."""
-    if isinstance(spec, (FixedPolicy, DynamicPolicy)):
+    """An int (fixed size), a policy object, or a dict from `to_dict()` (a tiled family's too:
+    `decode.tiled`)."""
+    if isinstance(spec, (FixedPolicy, DynamicPolicy, TiledPolicy)):
         return spec
     if isinstance(spec, int):
         return FixedPolicy(size=spec)
@@ -114,6 +120,9 @@ def make_policy(spec) -> ImagePolicy:
             return FixedPolicy(**args)
         if kind == "dynamic":
             return DynamicPolicy(**args)
+        tiled = tiled_policy(spec)
+        if tiled is not None:
+            return tiled
     raise ValueError(f"cannot make an image policy from {spec!r}: pass an int size, FixedPolicy or DynamicPolicy")
 
 

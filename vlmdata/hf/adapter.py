@@ -50,8 +50,8 @@ from vlmdata.hf.mrope import mrope_position_ids
 from vlmdata.hf.pixels import clip_pixels, fixed_to_patches, qwen_patches
 from vlmdata.hf.spec import ModelSpec
 
-__all__ = ["META_KEY", "HFBatchAdapter", "LlavaAdapter", "Qwen3VLAdapter", "QwenVLAdapter", "make_adapter", "take_meta",
-           "text_attention"]
+__all__ = ["META_KEY", "HFBatchAdapter", "LlavaAdapter", "Qwen3VLAdapter", "QwenVLAdapter", "TiledAdapter",
+           "make_adapter", "take_meta", "text_attention"]
 
 META_KEY = "vlmdata"
 _META_FIELDS = ("sample_keys", "stats", "state")
@@ -229,6 +229,35 @@ class LlavaAdapter(HFBatchAdapter):
     def normalise(self, pixels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         spec = self.spec
         return clip_pixels(pixels, int(spec.image_size), spec.image_mean, spec.image_std, dtype)
+
+
+class TiledAdapter(HFBatchAdapter):
+    """Tiled families (`decode.tiled`): [tiles, 3, S, S] normalised tiles in processor order, 1-D
+    positions restarting per sample; a subclass adds its family's keys (`tile_keys`) and layout."""
+
+    def images(self, pack: dict) -> dict:
+        pixels = pack.get("pixel_values")
+        if pixels is None or pixels.shape[0] == 0:
+            return {}
+        if pixels.dim() != 4 or "image_tiles" not in pack:
+            raise AdapterError(f"{self.spec.family} takes tiles [n, 3, S, S] with image_tiles: load the dataset "
+                               "with its own image policy (image_size=None)")
+        tile = int(self.spec.policy["tile"])
+        if pixels.shape[2] != tile or pixels.shape[3] != tile:
+            raise AdapterError(f"tiles are {pixels.shape[2]}x{pixels.shape[3]} but {self.spec.family} takes "
+                               f"{tile}x{tile}")
+        return {"pixel_values": pixels, **self.tile_keys(pack)}
+
+    def tile_keys(self, pack: dict) -> dict:
+        """The family's keys besides pixel_values (tile counts, image sizes, masks)."""
+        return {}
+
+    def positions(self, pack: dict, host: dict) -> torch.Tensor:
+        return _rows(pack["position_ids"])
+
+    def normalise(self, pixels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        spec = self.spec
+        return clip_pixels(pixels, int(spec.policy["tile"]), spec.image_mean, spec.image_std, dtype)
 
 
 def make_adapter(spec: ModelSpec, attn_implementation: str = "sdpa") -> HFBatchAdapter:

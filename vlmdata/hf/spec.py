@@ -26,9 +26,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
-from vlmdata.decode.policy import DynamicPolicy, FixedPolicy, ImagePolicy
+from vlmdata.decode.policy import DynamicPolicy, FixedPolicy, ImagePolicy, make_policy
+from vlmdata.decode.tiled import is_tiled
 from vlmdata.errors import ConfigError
 from vlmdata.text.model_folder import read_model_file
 
@@ -59,6 +60,8 @@ class ModelSpec:
     patch_size / merge_size / temporal_patch_size: the vision tower's patch geometry (1, 1 for LLaVA's
         merge and temporal axes).
     min_pixels / max_pixels: Qwen's dynamic-resolution bounds; image_size: LLaVA's square input side.
+    policy: a tiled family's image policy dict (InternVL, Idefics3, ...: `decode.tiled`); such a spec
+        is read from the processor folder's tokenizer too, as the policy names token ids.
     vocab_size: the text model's embedding rows (None when the folder does not say).
     """
 
@@ -74,6 +77,7 @@ class ModelSpec:
     min_pixels: int | None = None
     max_pixels: int | None = None
     image_size: int | None = None
+    policy: dict | None = None              # a tiled family's image policy (decode.tiled), as in its manifest
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES.values():
@@ -82,7 +86,10 @@ class ModelSpec:
             raise ConfigError(f"image_mean/image_std must be 3 values (std > 0), got {self.image_mean}/{self.image_std}")
         if self.is_qwen and (self.min_pixels is None or self.max_pixels is None):
             raise ConfigError(f"{self.family} needs min_pixels and max_pixels")
-        if not self.is_qwen:
+        if self.policy is not None:
+            if not is_tiled(make_policy(self.policy)):
+                raise ConfigError(f"{self.family}: policy must be a tiled image policy, got {self.policy}")
+        elif not self.is_qwen:
             if self.image_size is None:
                 raise ConfigError("llava needs image_size (the vision tower's input side)")
             if self.merge_size != 1 or self.temporal_patch_size != 1:
@@ -95,6 +102,8 @@ class ModelSpec:
 
     def image_policy(self) -> ImagePolicy:
         """The vlmdata image policy that gives each image the tokens this model expects."""
+        if self.policy is not None:
+            return make_policy(self.policy)
         if self.is_qwen:
             return DynamicPolicy(patch=self.patch_size, merge=self.merge_size, min_pixels=int(self.min_pixels),
                                  max_pixels=int(self.max_pixels))
@@ -150,6 +159,8 @@ class ModelSpec:
         if name in QWEN_FAMILIES:
             return cls(**common, merge_size=v.merge_size, temporal_patch_size=v.temporal_patch_size,
                        vision_start_token_id=v.vision_start_id, min_pixels=v.min_pixels, max_pixels=v.max_pixels)
+        if v.policy.get("kind") not in ("fixed", "dynamic"):
+            return cls(**common, merge_size=v.merge_size, vocab_size=family.vocab_size, policy=dict(v.policy))
         return cls(**common, image_size=v.image_size)
 
     @classmethod
@@ -172,11 +183,24 @@ class ModelSpec:
         if family is None:
             raise ConfigError(f"{path}: model_type {model_type!r} has no vlmdata output adapter "
                               f"(supported: {', '.join(sorted(FAMILIES))})")
+        if family not in QWEN_FAMILIES and family != "llava":
+            return cls._tiled_from_folder(path, config)
         if pre is None:
             log.warning("%s has no preprocessor_config.json: using %s's processor defaults", path, family)
             pre = {}
         build = _qwen_fields if family in QWEN_FAMILIES else _llava_fields
         return cls(family=family, **build(path, config, pre, _FAMILY_DEFAULTS.get(family, {})))
+
+
+    @classmethod
+    def _tiled_from_folder(cls, path: str, config: dict) -> ModelSpec:
+        """A tiled family's spec: its image policy names tokens, so it comes from the processor folder's
+        tokenizer through the text family (`vlmdata.text.families`)."""
+        from vlmdata.text.families import load_family
+
+        spec = cls.from_family(load_family(path).spec)
+        vocab = _text_vocab(config)
+        return spec if vocab is None else replace(spec, vocab_size=vocab)
 
 
 def _read_json(path: str, required: bool) -> dict | None:

@@ -1,7 +1,8 @@
 """PackedBatch: turning the samples of a pack (or a bucket) into the tensors a training step takes.
 
 Pack mode (see docs/architecture.md, PackedBatch):
-    input_ids     int64 [T]   image placeholders expanded to the policy's tokens per image
+    input_ids     int64 [T]   image placeholders expanded to the policy's tokens per image (a tiled
+                              policy's structured sequence: decode.tiled)
     labels        int64 [T]   token id where the loss applies, else -100 (image tokens, prompts,
                               user turns, each sample's first token); the model shifts (HF convention)
     position_ids  int64 [T]   restart at 0 for every sample
@@ -9,6 +10,9 @@ Pack mode (see docs/architecture.md, PackedBatch):
     pixel_values  uint8 [n_img, 3, S, S]              fixed policy (channels_last memory format: NHWC in memory)
                   uint8 [patches, 3 * patch * patch]  dynamic policy, with image_grid int32 [n_img, 3]
                                                       (t, h, w) and vision_cu_seqlens int32 [n_img + 1]
+                  uint8 [tiles, 3, S, S]              tiled policy (channels_last), with image_tiles int32
+                                                      [n_img] (tiles per image) and image_sizes int32
+                                                      [n_img, 2] (stored w, h)
     image_bytes / image_sizes                         instead of pixels when decode is deferred (GPU decode):
                                                       list of uint8 arrays (encoded files), int32 [n, 2] (w, h),
                   image_counts int32 [n]              with images per sample (one per cu_seqlens segment / row)
@@ -30,6 +34,7 @@ import numpy as np
 
 from vlmdata.decode.patches import flatten_patches
 from vlmdata.decode.policy import DynamicPolicy, ImagePolicy
+from vlmdata.decode.tiled import is_tiled
 from vlmdata.loading.shared_pack import PackedBatch, PackWriter
 from vlmdata.metrics.counts import StatsDelta
 
@@ -85,12 +90,30 @@ def prepare_sample(key: str, tokens: np.ndarray, images: list, sizes: list[tuple
         ids, loss, repeats = ids[:keep_positions], loss[:keep_positions], repeats[:keep_positions]
         n_keep = int((ids == cfg.image_token_id).sum())
         images, sizes = images[:n_keep], sizes[:n_keep]
+    is_img = ids == cfg.image_token_id
     exp_ids = np.repeat(ids, repeats)
-    exp_loss = np.repeat(loss, repeats)
-    labels = np.where((exp_loss > 0) & (exp_ids != cfg.image_token_id), exp_ids, IGNORE)
+    labels = np.repeat(np.where((loss > 0) & ~is_img, ids, IGNORE), repeats)
+    write_expansions(exp_ids, placeholder_starts(repeats, is_img), sizes, cfg.policy)
     if len(labels):
         labels[0] = IGNORE
     return PreparedSample(key, exp_ids, labels, list(images), list(sizes)), truncated
+
+
+def placeholder_starts(repeats: np.ndarray, is_img: np.ndarray) -> np.ndarray:
+    """Where each image placeholder's expansion starts in the expanded sequence."""
+    ends = np.cumsum(repeats)
+    return (ends - repeats)[is_img]
+
+
+def write_expansions(exp_ids: np.ndarray, starts: np.ndarray, sizes, policy) -> None:
+    """Overwrite each image's run of placeholder ids with a tiled policy's token sequence (`<img>`,
+    tile markers, newlines: `decode.tiled`); other policies' runs are the image token repeated."""
+    expansion = getattr(policy, "expansion", None)
+    if expansion is None:
+        return
+    for start, (w, h) in zip(starts.tolist(), sizes):
+        ids = expansion(w, h)
+        exp_ids[start:start + len(ids)] = ids
 
 
 def declare_images(out: PackWriter, parts: list[PreparedSample], cfg: CollateConfig) -> None:
@@ -101,6 +124,12 @@ def declare_images(out: PackWriter, parts: list[PreparedSample], cfg: CollateCon
         out.add("image_counts", np.int32, (len(parts),))
         return
     policy = cfg.policy
+    if is_tiled(policy):
+        s = policy.tile
+        out.add("pixel_values", np.uint8, (sum(len(im) for im in images), s, s, 3), permute=(0, 3, 1, 2))
+        out.add("image_tiles", np.int32, (len(images),))
+        out.add("image_sizes", np.int32, (len(images), 2))
+        return
     if isinstance(policy, DynamicPolicy):
         rows = sum((im.shape[0] // policy.patch) * (im.shape[1] // policy.patch) for im in images)
         out.add("pixel_values", np.uint8, (rows, 3 * policy.patch * policy.patch))
@@ -120,6 +149,14 @@ def fill_images(arrays: dict, parts: list[PreparedSample], cfg: CollateConfig) -
         arrays["image_counts"][:] = [len(s.images) for s in parts]
         return
     policy = cfg.policy
+    if is_tiled(policy):
+        pixels, at = arrays["pixel_values"], 0
+        for i, im in enumerate(images):                 # (n, S, S, 3) tiles per image, in processor order
+            pixels[at:at + len(im)] = im
+            at += len(im)
+            arrays["image_tiles"][i] = len(im)
+        arrays["image_sizes"][:] = np.asarray([sz for s in parts for sz in s.sizes], np.int32).reshape(-1, 2)
+        return
     if isinstance(policy, DynamicPolicy):
         p = policy.patch
         grid, cu, rows = arrays["image_grid"], arrays["vision_cu_seqlens"], arrays["pixel_values"]

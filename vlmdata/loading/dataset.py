@@ -47,7 +47,13 @@ from vlmdata.loading.overlong import LengthTally
 from vlmdata.loading.pack_build import build_pack
 from vlmdata.loading.shard_source import Source, open_source
 from vlmdata.loading.shared_position import SharedPosition
-from vlmdata.loading.text_views import check_text_views, choose_pack_limits, choose_pixels, choose_policy
+from vlmdata.loading.text_views import (
+    check_text_views,
+    check_tiled_decode,
+    choose_pack_limits,
+    choose_pixels,
+    choose_policy,
+)
 from vlmdata.metrics.counts import StatsDelta, take_fetch_stats
 from vlmdata.plan.assign import rank_packs, rank_step_samples
 from vlmdata.plan.balance import Balance
@@ -194,6 +200,7 @@ class VLMDataset(IterableDataset):
         self.text_view = text_view
         self.model_family: FamilySpec | None = check_text_views(self.sources)
         self.policy = choose_policy(image_size, self.model_family)
+        check_tiled_decode(self.policy, decoder, self.options.defer_decode)
         self._check_sources()
         self.pixels = choose_pixels(self.options.pixels, self.model_family, decoder,
                                     any(s.kind == "memmap" for s in self.sources), self.options.defer_decode)

@@ -25,7 +25,9 @@ from vlmdata.loading.collate import (
     collate_pack,
     declare_images,
     fill_images,
+    placeholder_starts,
     prepare_sample,
+    write_expansions,
 )
 from vlmdata.loading.shared_pack import PackedBatch, PackWriter
 from vlmdata.metrics.counts import StatsDelta
@@ -73,6 +75,7 @@ def _fast_pack(records: list, images: list[list], cfg: CollateConfig, stats: Sta
     declare_images(out, parts, cfg)
     a = out.allocate()
     a["input_ids"][:] = np.repeat(ids, repeats)
+    write_expansions(a["input_ids"], placeholder_starts(repeats, is_img), sizes, cfg.policy)
     a["labels"][:] = np.repeat(np.where((loss > 0) & ~is_img, ids, IGNORE), repeats)
     a["labels"][exp_cu[:-1][exp_lens > 0]] = IGNORE          # each sample's first token predicts nothing
     np.subtract(np.arange(total, dtype=np.int64), np.repeat(exp_cu[:-1], exp_lens), out=a["position_ids"])

@@ -7,10 +7,12 @@
   sequence of its own length, run by the vision tower as one varlen sequence per pack) needs no image
   count limit, only a patch budget: `max_patches`, by default what the token budget already implies
   (max_tokens x merge^2, each image token being merge^2 patches); lower it to bound the vision tower's
-  memory. A fixed-size policy (LLaVA: the tower batches whole images) keeps `max_images` = 16.
+  memory. A fixed-size or tiled policy (LLaVA, InternVL: the tower batches whole images or tiles)
+  keeps `max_images` = 16.
 - The image policy: None takes the model family's (what its processor does); an explicit policy is
   accepted when it lays out the same image tokens (same kind, patch and merge; a dynamic policy may
-  narrow the pixel bounds), else it is an error (the model would see the wrong number of tokens).
+  narrow the pixel bounds; a tiled one must be the family's own), else it is an error (the model would
+  see the wrong number of tokens). A tiled policy decodes with Pillow in the workers.
 - The pixel mode: None is "exact" (the family's image processor's pixels, bit for bit) for a dataset
   with a model family decoded in the workers by Pillow, else "fast"; an explicit "exact" that cannot be
   honoured (no family, memmap images stored resized, a fast-only decoder, decode deferred to the
@@ -22,11 +24,12 @@ import json
 
 from vlmdata.decode.exact import check_pixels
 from vlmdata.decode.policy import DynamicPolicy, FixedPolicy, ImagePolicy, make_policy
+from vlmdata.decode.tiled import is_tiled
 from vlmdata.errors import ConfigError
 from vlmdata.text.families.base import FamilySpec
 
-__all__ = ["DEFAULT_IMAGE_SIZE", "DEFAULT_MAX_IMAGES", "check_text_views", "choose_pack_limits", "choose_pixels",
-           "choose_policy"]
+__all__ = ["DEFAULT_IMAGE_SIZE", "DEFAULT_MAX_IMAGES", "check_text_views", "check_tiled_decode",
+           "choose_pack_limits", "choose_pixels", "choose_policy"]
 
 DEFAULT_IMAGE_SIZE = 336
 DEFAULT_MAX_IMAGES = 16
@@ -75,9 +78,23 @@ def choose_policy(image_size, family: FamilySpec | None) -> ImagePolicy:
         return asked
     if same_kind and isinstance(native, DynamicPolicy) and (asked.patch, asked.merge) == (native.patch, native.merge):
         return asked
+    if same_kind and is_tiled(native) and asked == native:
+        return asked
     raise ConfigError(f"the dataset's {family.name} view lays out images with {native.to_dict()}; image_size="
                       f"{asked.to_dict()} would give the model other image tokens (leave image_size=None, or keep "
                       "the kind, patch and merge and change only the pixel bounds)")
+
+
+def check_tiled_decode(policy: ImagePolicy, decoder: str, defer_decode: bool) -> None:
+    """ConfigError when a tiled policy's images would go to a decoder that cannot tile them."""
+    if not is_tiled(policy):
+        return
+    if defer_decode:
+        raise ConfigError(f"the {policy.kind} image policy cuts images into tiles in the DataLoader workers: "
+                          "defer_decode (the GPU decode stage) does not tile; leave defer_decode off")
+    if decoder not in ("auto", "pillow"):
+        raise ConfigError(f"decoder={decoder!r} does not tile images; the {policy.kind} image policy decodes "
+                          "with Pillow: use decoder='auto' or 'pillow'")
 
 
 def choose_pack_limits(policy: ImagePolicy, max_tokens: int, max_images: int | None,

@@ -29,7 +29,7 @@ from vlmdata.text.chat_template import ChatTemplate, TemplateError
 from vlmdata.text.conversation import Conversation
 from vlmdata.text.model_folder import ModelFolder
 
-__all__ = ["TRAIN_ON", "FamilySpec", "ModelFamily", "VisionSpec"]
+__all__ = ["TRAIN_ON", "FamilySpec", "ModelFamily", "VisionSpec", "replace_marked"]
 
 TRAIN_ON = ("assistant", "last", "all")
 
@@ -113,6 +113,25 @@ def _post_processor(tok, cfg: dict, bos: str | None, eos: str | None) -> None:
     tok.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
 
 
+def replace_marked(text: str, spans, marker: str, replacement: str) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """`text` with every `marker` replaced (as a processor replaces its image marker), and the character
+    spans moved to where their text now is."""
+    found = []
+    at = text.find(marker)
+    while at >= 0:
+        found.append(at)
+        at = text.find(marker, at + len(marker))
+    if not found:
+        return text, tuple(spans)
+    grow = len(replacement) - len(marker)
+    starts = np.asarray(found)
+
+    def moved(pos: int) -> int:
+        return pos + grow * int(np.searchsorted(starts, pos, side="left"))
+
+    return text.replace(marker, replacement), tuple((moved(a), moved(b)) for a, b in spans)
+
+
 def _token_at(enc, pos: int, stop: int, step: int) -> int | None:
     """The token holding character `pos`, else the next character's (towards `stop`) that one token holds."""
     while pos != stop:
@@ -162,9 +181,19 @@ class ModelFamily:
     def vision_spec(self) -> VisionSpec:
         raise NotImplementedError
 
+    def template_image_marker(self) -> str | None:
+        """What the chat template writes for each image when the processor then replaces it with other text
+        (InternVL's `<image>`, Gemma 3's `<start_of_image>`); None when the template writes the placeholder."""
+        return None
+
+    def placeholder_text(self) -> str:
+        """The text vlmdata tokenizes for one image: the processor's replacement with its run of image
+        tokens cut to one `image_token` (expanded at load time by the image policy)."""
+        return self.vision.image_token
+
     def document_image_text(self) -> str:
         """The text standing for one image in a document (no chat template)."""
-        return self.vision.image_token
+        return self.placeholder_text()
 
     def document_end(self) -> str | None:
         """The token closing a document (trained)."""
@@ -205,10 +234,13 @@ class ModelFamily:
         if conv.kind == "document":
             return self._document_text(conv), ()
         rendered = self.template.render(conv.messages)
-        spans = rendered.spans
+        text, spans = rendered.text, rendered.spans
+        marker = self.template_image_marker()
+        if marker is not None:
+            text, spans = replace_marked(text, spans, marker, self.placeholder_text())
         if self.train_on == "last":
             spans = spans[-1:]
-        return rendered.text, spans
+        return text, spans
 
     def _document_text(self, conv: Conversation) -> str:
         parts: list[str] = []
