@@ -263,6 +263,8 @@ class TiledAdapter(HFBatchAdapter):
 def make_adapter(spec: ModelSpec, attn_implementation: str = "sdpa") -> HFBatchAdapter:
     """The adapter of `spec`'s family."""
     cls = Qwen3VLAdapter if spec.family == "qwen3-vl" else QwenVLAdapter if spec.is_qwen else LlavaAdapter
+    if spec.family == "generic":
+        from vlmdata.hf.processor_adapter import ProcessorAdapter as cls
     return cls(spec, attn_implementation)
 
 
