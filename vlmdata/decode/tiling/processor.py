@@ -29,12 +29,13 @@ from PIL import Image
 from vlmdata.decode.tiled import TiledPolicy
 from vlmdata.errors import ConfigError
 
-__all__ = ["COUNT_RULES", "POLICY", "PROCESSOR_PREFIX", "TEXT_KEYS", "ProcessorPolicy", "combined", "field_name"]
+__all__ = ["COUNT_RULES", "POLICY", "PROCESSOR_PREFIX", "TEXT_KEYS", "ProcessorPolicy", "combined", "field_name",
+           "write_combined"]
 
 COUNT_RULES = ("nmt", "key", "run")
 PROCESSOR_PREFIX = "processor_"
 TEXT_KEYS = ("input_ids", "attention_mask")     # what the tokenizer adds to a processor's output
-_CACHES = ("_expansions", "_counts", "_key_lengths")
+_CACHES = ("_expansions", "_counts", "_key_lengths", "_image_kwargs")
 
 
 def field_name(key: str) -> str:
@@ -156,12 +157,21 @@ class ProcessorPolicy(TiledPolicy):
 
     # ---- pixels ----------------------------------------------------------------------------------
     def pixels(self, image, resample: int) -> dict[str, np.ndarray]:
-        """The processor's outputs for one RGB image (its own resample filter: `resample` is not used)."""
-        ids, out = self.run(image)
+        """The processor's outputs for one RGB image (its own resample filter: `resample` is not used); the
+        whole processor (text too) the first time a size is seen, its image step alone after that."""
         key = self.layout_key(image.width, image.height)
         if key not in self.__dict__.get("_expansions", {}):
+            ids, out = self.run(image)
             self._checked(key, ids)
-        return out
+            return out
+        proc = self.processor()
+        kwargs = self.__dict__.get("_image_kwargs")
+        if kwargs is None:
+            kwargs = proc._merge_kwargs(tokenizer_init_kwargs=proc.tokenizer.init_kwargs,
+                                        return_tensors="np")["images_kwargs"]
+            self.__dict__["_image_kwargs"] = kwargs
+        processed, _ = proc._process_images([image], **kwargs)
+        return {k: np.asarray(v) for k, v in processed.items() if k not in proc.unused_input_names}
 
     def pixel_fields(self, images: list[dict]) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
         """Pack field -> (dtype, shape) of a pack's images (see the module docstring)."""

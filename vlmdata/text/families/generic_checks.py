@@ -77,6 +77,12 @@ def check_batching(policy: ProcessorPolicy, expansions: dict) -> None:
     images = [_noise(s, 10 + i) for i, s in enumerate(sizes)]
     out = proc(text=[proc.image_token * len(images)], images=images, add_special_tokens=False, return_tensors="np")
     singles = [policy.run(im)[1] for im in images]
+    for im, single in zip(images, singles):
+        policy.pixels(im, 3)                                   # the first time: the whole processor
+        again = policy.pixels(im, 3)                           # then: its image step alone
+        if again.keys() != single.keys() or not all(np.array_equal(again[k], single[k]) for k in single):
+            raise ConfigError(f"{policy.folder}: the processor's image step alone does not give what the whole "
+                              "processor gives for the same image; the generic family cannot serve it")
     layout = combined(singles)
     arrays = {k: np.empty(shape, dtype) for k, (dtype, shape) in layout.items()}
     write_combined(singles, arrays)
