@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from vlmdata.decode.tiling.processor import combined, field_name, write_combined
+from vlmdata.decode import make_policy
 
 
 def test_outputs_of_several_shapes_are_concatenated_and_zero_padded():
+    policy = make_policy({"kind": "processor", "folder": "/nowhere", "files": []})   # laying out needs no processor
     a = {"pixel_values": np.full((1, 3, 2, 4, 4), 1.5, np.float32), "image_sizes": np.array([[10, 20]])}
     b = {"pixel_values": np.full((1, 5, 2, 4, 4), -2.0, np.float32), "image_sizes": np.array([[30, 40]])}
-    layout = combined([a, b])
+    layout = policy.pixel_fields([a, b])
     assert layout == {"pixel_values": (np.dtype(np.float32), (2, 5, 2, 4, 4)),
-                      "image_sizes": (np.dtype(np.int64), (2, 2))}
+                      "processor_image_sizes": (np.dtype(np.int64), (2, 2))}
     arrays = {k: np.full(shape, 7, dtype) for k, (dtype, shape) in layout.items()}     # a dirty reused buffer
-    write_combined([a, b], arrays)
+    policy.fill_pixel_fields([a, b], arrays)
     assert (arrays["pixel_values"][0, :3] == 1.5).all() and (arrays["pixel_values"][0, 3:] == 0).all()
     assert (arrays["pixel_values"][1] == -2.0).all()
-    assert arrays["image_sizes"].tolist() == [[10, 20], [30, 40]]
-    assert combined([]) == {} and field_name("pixel_values") == "pixel_values"
-    assert field_name("image_sizes") == "processor_image_sizes"
+    assert arrays["processor_image_sizes"].tolist() == [[10, 20], [30, 40]]
+    assert policy.pixel_fields([]) == {}

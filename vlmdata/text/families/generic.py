@@ -43,7 +43,9 @@ def transformers_knows(folder: ModelFolder) -> bool:
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
     except ImportError:
         return False
-    return h["model_type"] in CONFIG_MAPPING_NAMES or hasattr(transformers, str(h["processor_class"]))
+    if h["model_type"] is not None:
+        return h["model_type"] in CONFIG_MAPPING_NAMES
+    return hasattr(transformers, str(h["processor_class"]))
 
 
 def _three(value, default: float) -> tuple[float, float, float]:
