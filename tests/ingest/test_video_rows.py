@@ -13,8 +13,7 @@ from tests.helpers.corpus import generate_corpus
 from tests.helpers.models import qwen_folder_or_skip
 from tests.helpers.shards import read_jsonl, shard, stored_members
 from vlmdata.errors import RowProblem, TooManySkipsError
-from vlmdata.ingest import ColumnSpec, normalize
-from vlmdata.ingest.video import FrameList
+from vlmdata.ingest import ColumnSpec, FrameList, check_text, normalize
 from vlmdata.testing import ClipSpec, make_clip
 
 QUESTION = "What happens in the video?"
@@ -102,8 +101,6 @@ def test_frame_lists_stand_for_one_video_with_their_rate():
     ({"video": 7, "caption": "a dog"}, "bad_image_ref"),
 ])
 def test_videos_that_cannot_be_placed_are_counted_reasons(row, reason):
-    from vlmdata.ingest.records import check_text
-
     with pytest.raises(RowProblem) as err:
         sample = normalize({"id": "bad", **row}, "bad", ColumnSpec(), native=True)
         check_text(sample)

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from vlmdata.formats import EncodedImage, Manifest, SampleIndex, WdsPartWriter, read_sample
-from vlmdata.ingest import write_dataset_tables
-from vlmdata.ingest.video import VideoOptions, prepare_video
+from vlmdata.ingest import VideoOptions, prepare_video, write_dataset_tables
 from vlmdata.testing import ClipSpec, make_clip
 from vlmdata.text import ByteTokenizer, encode_conversation
 from vlmdata.video import ClipInfo, probe_clip
