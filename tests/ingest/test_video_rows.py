@@ -12,7 +12,7 @@ import pytest
 from tests.helpers.corpus import generate_corpus
 from tests.helpers.models import qwen_folder_or_skip
 from tests.helpers.shards import read_jsonl, shard, stored_members
-from vlmdata.errors import RowProblem, TooManySkipsError
+from vlmdata.errors import ConfigError, RowProblem, TooManySkipsError
 from vlmdata.ingest import ColumnSpec, FrameList, check_text, normalize
 from vlmdata.testing import ClipSpec, make_clip
 
@@ -173,6 +173,38 @@ def test_clips_are_probed_then_counted_and_nothing_else_is_lost(tmp_path, model)
     assert clean.stats["skipped"] == {}
 
 
+def test_clips_in_data_urls_are_probed_like_files(tmp_path):
+    import base64
+
+    def row(i: int, data: bytes, media: str = "video/mp4") -> dict:
+        url = f"data:{media};base64,{base64.b64encode(data).decode()}"
+        return {"id": f"d{i}", "messages": [
+            {"role": "user", "content": [{"type": "video_url", "video_url": {"url": url}}, _text(QUESTION)]},
+            {"role": "assistant", "content": "A dog."}]}
+
+    corpus = generate_corpus(tmp_path / "corpus", 2, seed=3, fmt="llava")
+    good = make_clip(ClipSpec())
+    rows = read_jsonl(corpus / "data.jsonl") + [row(0, good), row(1, make_clip(ClipSpec(video=False))),
+                                                 row(2, good, "text/plain")]
+    (corpus / "urls.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    m = shard(corpus / "urls.jsonl", tmp_path / "out")
+    assert m.stats["skipped"] == {"video_unsupported": 1, "no_video_stream": 1, "bad_data_url": 1}
+    assert m.num_samples == 2
+
+
+def test_clips_over_the_byte_limit_are_never_read(tmp_path):
+    corpus = generate_corpus(tmp_path / "corpus", 2, seed=4, fmt="llava")
+    (corpus / "clips").mkdir()
+    big, small = make_clip(ClipSpec(frames=90)), make_clip(ClipSpec(frames=3, width=32, height=32))
+    (corpus / "clips" / "big.mp4").write_bytes(big)
+    (corpus / "clips" / "small.mp4").write_bytes(small)
+    rows = read_jsonl(corpus / "data.jsonl") + [_video_row(0, "big.mp4"), _video_row(1, "small.mp4")]
+    (corpus / "big.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    m = shard(corpus / "big.jsonl", tmp_path / "out", max_video_bytes=len(small))
+    assert m.stats["skipped"] == {"file_too_large": 1, "video_unsupported": 1} and m.num_samples == 2
+    assert f"larger than --max-video-bytes {len(small)}" in m.stats["examples"]["file_too_large"]["detail"]
+
+
 def test_frame_lists_are_counted_not_written(tmp_path):
     corpus = generate_corpus(tmp_path / "corpus", 3, seed=2, fmt="llava")
     rows = read_jsonl(corpus / "data.jsonl")
@@ -201,3 +233,11 @@ def test_skip_fraction_and_exit_codes_count_video_rows(tmp_path):
                        text=True)
     assert r.returncode == 3, r.stderr
     assert "video_unsupported=6" in r.stderr
+
+
+@pytest.mark.parametrize("option", ["max_video_bytes", "max_video_seconds", "max_video_pixels", "max_video_frames",
+                                    "max_probe_seconds"])
+def test_video_limits_must_be_positive(tmp_path, option):
+    corpus = generate_corpus(tmp_path / "corpus", 1, seed=1, fmt="llava")
+    with pytest.raises(ConfigError, match=f"--{option.replace('_', '-')} must be > 0"):
+        shard(corpus / "data.jsonl", tmp_path / "out", **{option: 0})

@@ -28,7 +28,7 @@ from vlmdata.formats.memmap import MemmapPartWriter
 from vlmdata.formats.sample import EncodedImage, safe_key
 from vlmdata.formats.shard_writer import WdsPartWriter, sample_bytes_estimate
 from vlmdata.ingest.access import AccessPolicy, read_ref
-from vlmdata.ingest.data_url import elide_data_urls, is_data_url
+from vlmdata.ingest.data_url import decode_data_url, elide_data_urls, is_data_url
 from vlmdata.ingest.hf_datasets import RangedDataset, fill_rows
 from vlmdata.ingest.images import (
     MAX_IMAGES_PER_SAMPLE,
@@ -163,7 +163,7 @@ class _Sampler:
             sample.turns = [("user", ""), ("assistant", self._sidecar(sample, root))]
             sample.meta["caption"] = sample.turns[1][1]
         check_text(sample)
-        if any(is_data_url(ref) for ref in sample.images):   # the record keeps no second copy of the images
+        if any(is_data_url(ref) for ref in sample.images + sample.videos):   # no second copy in the record
             sample.meta = elide_data_urls(sample.meta)
         if opts.format == "memmap":   # the memmap writer serialises the record after writing the images
             _serialisable(sample.meta)
@@ -197,8 +197,19 @@ class _Sampler:
         for ref in sample.videos:
             reject_frame_list(ref)
         access = replace(self.opts.access, max_bytes=self.opts.videos.max_bytes)
-        return [prepare_video(read_ref(ref, root, access, self.opts.storage_options), ref, self.opts.videos)
-                for ref in sample.videos]
+        out = []
+        for ref in sample.videos:
+            try:
+                data = decode_data_url(ref, access.max_bytes, "video") if is_data_url(ref) else \
+                    read_ref(ref, root, access, self.opts.storage_options)
+            except RowProblem as exc:
+                if exc.reason != Skip.FILE_TOO_LARGE:
+                    raise
+                name = "an embedded clip" if not isinstance(ref, str) or is_data_url(ref) else ref
+                raise RowProblem(Skip.FILE_TOO_LARGE, f"{name}: larger than --max-video-bytes "
+                                                      f"{access.max_bytes}") from None
+            out.append(prepare_video(data, ref, self.opts.videos))
+        return out
 
     def _sidecar(self, sample, root: str) -> str:
         if sample.caption_file is None:
