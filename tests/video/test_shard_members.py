@@ -11,8 +11,15 @@ import tarfile
 import numpy as np
 import pytest
 
+from tests.helpers.models import qwen_folder_or_skip
 from vlmdata.formats import EncodedImage, Manifest, SampleIndex, WdsPartWriter, read_sample
-from vlmdata.ingest import VideoOptions, prepare_video, write_dataset_tables
+from vlmdata.ingest import (
+    RetokenizeConfig,
+    VideoOptions,
+    prepare_video,
+    retokenize_dataset,
+    write_dataset_tables,
+)
 from vlmdata.testing import ClipSpec, make_clip
 from vlmdata.text import ByteTokenizer, encode_conversation
 from vlmdata.video import ClipInfo, probe_clip
@@ -42,6 +49,13 @@ def _tokens(n_images: int, n_videos: int, answer: str) -> np.ndarray:
     return np.concatenate([text[:, :1], videos, text[:, 1:]], axis=1)
 
 
+def _record(key: str, n_images: int, clips: list[str]) -> dict:
+    """The sample's source record: a LLaVA-Video row naming its image and clips."""
+    row = {"id": key, "conversations": [{"from": "human", "value": "<image>" * n_images + "<video>" * len(clips)
+                                         + " what happens?"}, {"from": "gpt", "value": f"clips {clips}"}]}
+    return row | ({"image": "still.png"} if n_images else {}) | ({"videos": clips} if clips else {})
+
+
 @pytest.fixture(scope="module")
 def clips() -> dict[str, bytes]:
     return {name: make_clip(spec) for name, spec in CLIPS.items()}
@@ -57,7 +71,8 @@ def _write(root, clips: dict[str, bytes]) -> tuple[list, dict[str, list[str]]]:
     for key, names in samples.items():
         videos = [prepare_video(clips[n], n, VideoOptions()) for n in names]
         images = [png] if key in ("pair", "still") else []
-        w.add(key, {"id": key}, _tokens(len(images), len(videos), f"clips {names}"), images, videos)
+        w.add(key, _record(key, len(images), names), _tokens(len(images), len(videos), f"clips {names}"), images,
+              videos)
     return [w.close()], samples
 
 
@@ -159,3 +174,13 @@ def test_inspect_reports_clip_counts_and_durations(tmp_path, clips):
     lines = r.stdout.split("video duration (seconds)\n", 1)[1].splitlines()
     counts = {line.split()[0] + " " + line.split()[1]: int(line.split()[3]) for line in lines[:2]}
     assert counts == {"[0, 5)": len(durations), "[5, 10)": 0}
+
+
+def test_retokenize_gives_clips_no_tokens_without_a_video_policy(tmp_path, clips):
+    samples = _dataset(tmp_path / "ds", clips)
+    result = retokenize_dataset(RetokenizeConfig(dataset=str(tmp_path / "ds"), tokenizer=str(qwen_folder_or_skip()),
+                                                 view="qwen", workers=0))
+    with_clips = sum(1 for v in samples.values() if v)
+    assert result.skipped == {"video_unsupported": with_clips}
+    assert result.encoded == len(samples) - with_clips == 1
+    assert "the qwen2_vl model family has no video policy yet" in result.examples["video_unsupported"]["detail"]
