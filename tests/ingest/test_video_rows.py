@@ -205,6 +205,26 @@ def test_clips_over_the_byte_limit_are_never_read(tmp_path):
     assert f"larger than --max-video-bytes {len(small)}" in m.stats["examples"]["file_too_large"]["detail"]
 
 
+def test_folders_of_clips_with_captions(tmp_path):
+    from PIL import Image
+
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    (folder / "dog.webm").write_bytes(make_clip(GOOD_CLIPS["vp9.webm"]))
+    (folder / "dog.txt").write_text("a dog runs")
+    (folder / "cut.mp4").write_bytes(make_clip(ClipSpec(frames=60))[:2000])
+    (folder / "cut.txt").write_text("cut short")
+    (folder / "silent.mov").write_bytes(make_clip(GOOD_CLIPS["rot90.mov"]))     # no caption
+    Image.new("RGB", (32, 24), (0, 90, 200)).save(folder / "sky.jpg")
+    (folder / "sky.txt").write_text("blue sky")
+    m = shard(folder, tmp_path / "out")
+    assert m.stats["skipped"] == {"bad_video": 1, "missing_text": 1, "video_unsupported": 1}
+    assert m.num_samples == 1 and m.num_images == 1
+    assert m.stats["examples"]["video_unsupported"]["id"] == "dog"
+    assert "1 clip(s) probed fine" in m.stats["examples"]["video_unsupported"]["detail"]
+    assert "silent.mov" in m.stats["examples"]["missing_text"]["detail"]
+
+
 def test_frame_lists_are_counted_not_written(tmp_path):
     corpus = generate_corpus(tmp_path / "corpus", 3, seed=2, fmt="llava")
     rows = read_jsonl(corpus / "data.jsonl")

@@ -213,7 +213,7 @@ class _Sampler:
 
     def _sidecar(self, sample, root: str) -> str:
         if sample.caption_file is None:
-            raise RowProblem(Skip.MISSING_TEXT, f"no sidecar .txt for {sample.images[0]}")
+            raise RowProblem(Skip.MISSING_TEXT, f"no sidecar .txt for {(sample.images + sample.videos)[0]}")
         raw = read_ref(sample.caption_file, root, self.opts.access, self.opts.storage_options)
         try:
             return raw.decode("utf-8").strip()

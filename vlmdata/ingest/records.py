@@ -136,8 +136,10 @@ def _row_videos(data: dict) -> list:
 
 
 def _caption(data: dict, sid: str, columns: ColumnSpec, native: bool) -> SourceSample:
-    if "caption_file" in data:  # image folder row
-        return SourceSample(id=sid, turns=[], images=[data["image"]], meta={"id": sid, "image": data["image"]},
+    if "caption_file" in data:  # folder row: an image or a clip, and its sidecar caption
+        kind = "video" if "video" in data else "image"
+        return SourceSample(id=sid, turns=[], images=[data[kind]] if kind == "image" else [],
+                            videos=[data[kind]] if kind == "video" else [], meta={"id": sid, kind: data[kind]},
                             caption_file=data["caption_file"], extra={"folder": True})
     img_col = columns.image or _first(data, IMAGE_COLUMNS)
     txt_col = columns.text or _first(data, TEXT_COLUMNS)
