@@ -41,9 +41,8 @@ from vlmdata.testing import (  # noqa: E402
     llava_folder,
     qwen2_vl_folder,
 )
-from vlmdata.text import Conversation  # noqa: E402
+from vlmdata.text import Conversation, encode_texts  # noqa: E402
 from vlmdata.text.families import load_family  # noqa: E402
-from vlmdata.text.fast_bpe import encode_texts  # noqa: E402
 
 
 def conversations(n: int, seed: int, kind: str) -> list[Conversation]:

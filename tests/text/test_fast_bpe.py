@@ -16,9 +16,8 @@ import pytest
 
 from tests.helpers.models import QWEN_TEST_PIXELS, qwen_folder_or_skip
 from vlmdata.testing import chatml_folder, llava_folder
-from vlmdata.text import Conversation
+from vlmdata.text import KNOWN_PATTERNS, Conversation, FastBPE, encode_texts
 from vlmdata.text.families import load_family
-from vlmdata.text.fast_bpe import KNOWN_PATTERNS, FastBPE, encode_texts
 
 # Characters Python 3.10-3.13's Unicode tables (14.0-15.0) leave unassigned: U+1CC00 (Unicode 16) and an
 # unassigned plane-3 code point.
@@ -276,3 +275,18 @@ def test_a_stream_of_new_words_backs_off_to_tokenizers_and_comes_back(qwen_famil
     # the words now repeat: once the wait is over the fast path takes the texts again
     later = [assert_same_encodings(qwen_family, texts) for _ in range(3)]
     assert later[-1] == {"fast": 70, "cold": 0, "fallback": 0}
+
+
+@pytest.mark.parametrize("trim, taken", [(False, True), (True, False)])
+def test_a_byte_level_post_processor_is_taken_unless_it_trims_offsets(tmp_path, trim, taken):
+    # the published Qwen2 tokenizer.json has ByteLevel(trim_offsets=False) as its post-processor
+    from tokenizers import Tokenizer, processors
+
+    tok = Tokenizer.from_file(str(chatml_folder(tmp_path / "chatml") / "tokenizer.json"))
+    tok.post_processor = processors.ByteLevel(trim_offsets=trim)
+    fast, why = FastBPE.build(tok, tok.to_str())
+    assert (fast is not None) == taken, why
+    texts = ["  spaced   out  ", "a red box, naïve café ☕<|im_end|>\n"]
+    for text, enc in zip(texts, encode_texts(fast, tok, texts, True)):
+        ref = tok.encode(text)
+        assert (enc.ids, enc.offsets) == (ref.ids, ref.offsets)
