@@ -114,11 +114,9 @@ def unsupported(cfg: dict, tokenizer) -> str | None:
         return "the pre-tokenizer is not a known byte-level split"
     if not all(c in (model.get("vocab") or {}) for c in _byte_table()):
         return "the vocabulary lacks some of the 256 byte tokens"
-    post = tokenizer.post_processor
-    if post is not None:
-        post_cfg = json.loads(tokenizer.to_str()).get("post_processor") or {}
-        if post_cfg.get("type") != "ByteLevel" or post_cfg.get("trim_offsets"):
-            return f"post-processor {post_cfg.get('type')} adds tokens or moves offsets"
+    post = tokenizer.post_processor              # the loaded one: ModelFamily may have set a TemplateProcessing
+    if post is not None and (type(post).__name__ != "ByteLevel" or getattr(post, "trim_offsets", True)):
+        return f"post-processor {type(post).__name__} adds tokens or moves offsets"
     if tokenizer.truncation is not None or tokenizer.padding is not None or tokenizer.encode_special_tokens:
         return "truncation, padding or encode_special_tokens is set"
     for added in cfg.get("added_tokens") or ():
@@ -216,7 +214,7 @@ class FastBPE:
         try:
             import regex  # noqa: F401
         except ImportError:
-            return None, "the regex package is not installed (pip install 'vlmdata[fast]')"
+            return None, "the regex package is not installed (pip install 'vlmdata[fast-text]')"
         cfg = json.loads(tokenizer_json)
         reason = unsupported(cfg, tokenizer)
         if reason:
@@ -224,8 +222,8 @@ class FastBPE:
         added = {a["content"]: a["id"] for a in cfg.get("added_tokens") or () if a.get("content")}
         fast = cls(tokenizer, _pattern_of(cfg["pre_tokenizer"]), added, nfc=cfg.get("normalizer") is not None,
                    vocab=cfg["model"]["vocab"])
-        if fast._bad:
-            return None, f"ASCII characters {''.join(sorted(fast._bad))!r} split unlike the pre-tokenizer"
+        if fast.bad_characters:
+            return None, f"ASCII characters {''.join(sorted(fast.bad_characters))!r} split unlike the pre-tokenizer"
         return fast, None
 
     def clear_cache(self) -> None:
