@@ -16,7 +16,9 @@ Three ways, same run, interleaved rounds, best round, timed in CPU seconds of th
 - fast: ModelFamily.encode_batch with the exact fast path (vlmdata.text.fast_bpe) where it applies;
 - tokenizers: ModelFamily.encode_batch with the fast path off (one `tokenizers` batch call);
 - apply_chat_template: transformers' tokenizer.apply_chat_template(tokenize=True), one at a time.
-"tokenize only" times the text -> ids step alone (rendered texts in, encodings out), fast vs tokenizers.
+"tokenize only" times the text -> ids step alone (rendered texts in, encodings out), fast vs tokenizers;
+"one by one" is `vlmdata shard`'s call, ModelFamily.encode(conversation) per sample, fast vs tokenizers.
+Each round starts with an empty piece cache (a fresh shard worker).
 Targets: issue 12 >= 5,000 conversations/s per core; issue 24 fast >= 3x tokenizers.
 """
 from __future__ import annotations
@@ -76,7 +78,12 @@ def measure(fam, hf, template: str, convs: list[Conversation], rounds: int) -> d
     fast = fam.fast_bpe
     texts = [fam.render(c)[0] for c in convs]
     sub = [c.messages for c in convs[: max(200, len(convs) // 5)]]
-    best = {k: float("inf") for k in ("fast", "tokenizers", "template", "fast_tok", "tok_tok")}
+    best = {k: float("inf") for k in ("fast", "tokenizers", "template", "fast_tok", "tok_tok", "fast_one", "tok_one")}
+
+    def one_by_one():
+        for c in convs:
+            fam.encode(c)
+
     tokens = 0
     for _ in range(rounds):
         fam.fast_bpe = fast
@@ -86,7 +93,11 @@ def measure(fam, hf, template: str, convs: list[Conversation], rounds: int) -> d
         if fast is not None:
             fast.clear_cache()
         best["fast_tok"] = min(best["fast_tok"], cpu_seconds(lambda: encode_texts(fast, fam.tokenizer, texts, True)))
+        if fast is not None:
+            fast.clear_cache()
+        best["fast_one"] = min(best["fast_one"], cpu_seconds(one_by_one))
         fam.fast_bpe = None
+        best["tok_one"] = min(best["tok_one"], cpu_seconds(one_by_one))
         best["tokenizers"] = min(best["tokenizers"], cpu_seconds(lambda: fam.encode_batch(convs)))
         best["tok_tok"] = min(best["tok_tok"], cpu_seconds(lambda: encode_texts(None, fam.tokenizer, texts, True)))
         t = cpu_seconds(lambda: [hf.apply_chat_template(m, tokenize=True, chat_template=template) for m in sub])
@@ -122,8 +133,9 @@ def main() -> None:
           f"Python {platform.python_version()}, tokenizers {tokenizers.__version__}, "
           f"transformers {transformers.__version__}; one thread; conversations per CPU-second")
     print("| model | conversations | mean tokens | fast conv/s | tokenizers conv/s | apply_chat_template conv/s "
-          "| fast / tokenizers | fast / apply_chat_template | tokenize only: fast / tokenizers |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| fast / tokenizers | fast / apply_chat_template | tokenize only: fast / tokenizers "
+          "| encode() one by one (shard path): fast / tokenizers |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, fam, hf, template in models:
         for label in ("gen_raw", "short", "fresh"):
             if name != "Qwen2-VL" and label != "gen_raw":
@@ -134,7 +146,7 @@ def main() -> None:
             note = "" if fam.fast_bpe is not None else f" (fast path off: {fam.fast_bpe_reason})"
             print(f"| {name}{note} | {label} | {b['tokens']:.0f} | {n / b['fast']:,.0f} | {n / b['tokenizers']:,.0f} | "
                   f"{n / b['template']:,.0f} | {b['tokenizers'] / b['fast']:.2f}x | {b['template'] / b['fast']:.2f}x | "
-                  f"{b['tok_tok'] / b['fast_tok']:.2f}x |")
+                  f"{b['tok_tok'] / b['fast_tok']:.2f}x | {b['tok_one'] / b['fast_one']:.2f}x |")
     tmp.cleanup()
 
 
