@@ -42,6 +42,8 @@ boundary.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from vlmdata.errors import AdapterError
@@ -60,6 +62,11 @@ _META_FIELDS = ("sample_keys", "stats", "state")
 def take_meta(batch: dict) -> dict | None:
     """Remove and return the pack's non-tensor parts (sample_keys, stats, state) from an adapted batch."""
     return batch.pop(META_KEY, None)
+
+
+def _text_config(model):
+    config = getattr(model, "config", None)
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
 def text_attention(model) -> str:
@@ -91,6 +98,8 @@ class HFBatchAdapter:
     @classmethod
     def for_model(cls, spec: ModelSpec, model) -> HFBatchAdapter:
         """The adapter for `spec` matching a loaded model's attention implementation."""
+        if spec.sliding_window is None and isinstance(getattr(_text_config(model), "sliding_window", None), int):
+            spec = replace(spec, sliding_window=int(_text_config(model).sliding_window))
         return make_adapter(spec, text_attention(model))
 
     def fingerprint(self) -> dict:
@@ -136,15 +145,18 @@ class HFBatchAdapter:
         if "pixel_values" in inputs:
             inputs["pixel_values"] = self.normalise(inputs["pixel_values"], dtype)
         if self.kind == MASKED and "cu_seq_lens_q" in inputs and "attention_mask" not in inputs:
-            total = inputs["input_ids"].shape[-1]
-            additive = dtype if self.attn_implementation == "eager" else None
-            inputs["attention_mask"] = block_causal_mask(inputs["cu_seq_lens_q"], total, additive,
-                                                         inputs["input_ids"].device)
+            inputs["attention_mask"] = self.packed_mask(inputs, dtype if self.attn_implementation == "eager" else None)
         for k, v in inputs.items():
-            if not isinstance(v, (torch.Tensor, int)):
+            if not (isinstance(v, (torch.Tensor, int)) or _tensor_dict(v)):
                 raise AdapterError(f"forward input {k!r} is a {type(v).__name__}: only tensors and ints reach "
                                    "the model")
         return inputs
+
+    def packed_mask(self, inputs: dict, additive: torch.dtype | None):
+        """The sdpa/eager mask of a pack: [1, 1, T, T] block-diagonal causal (`hf.boundaries`); boolean, or
+        additive in `additive` (eager). A family whose model takes per-layer-type masks returns a dict."""
+        return block_causal_mask(inputs["cu_seq_lens_q"], inputs["input_ids"].shape[-1], additive,
+                                 inputs["input_ids"].device)
 
     def normalise(self, pixels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """uint8 host pixels -> the vision tower's input."""
@@ -262,8 +274,16 @@ class TiledAdapter(HFBatchAdapter):
 
 def make_adapter(spec: ModelSpec, attn_implementation: str = "sdpa") -> HFBatchAdapter:
     """The adapter of `spec`'s family."""
+    if spec.family == "gemma3":
+        from vlmdata.hf.gemma3_adapter import Gemma3Adapter
+        return Gemma3Adapter(spec, attn_implementation)
     cls = Qwen3VLAdapter if spec.family == "qwen3-vl" else QwenVLAdapter if spec.is_qwen else LlavaAdapter
     return cls(spec, attn_implementation)
+
+
+def _tensor_dict(v) -> bool:
+    """A mapping of tensors (per-layer-type attention masks, which transformers uses as given)."""
+    return isinstance(v, dict) and bool(v) and all(isinstance(x, torch.Tensor) for x in v.values())
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:

@@ -41,7 +41,8 @@ OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 # config.json model_type -> family name
-FAMILIES = {"qwen2_vl": "qwen2-vl", "qwen2_5_vl": "qwen2.5-vl", "qwen3_vl": "qwen3-vl", "llava": "llava"}
+FAMILIES = {"qwen2_vl": "qwen2-vl", "qwen2_5_vl": "qwen2.5-vl", "qwen3_vl": "qwen3-vl", "llava": "llava",
+            "gemma3": "gemma3"}
 QWEN_FAMILIES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
 
 # the processors' defaults (transformers' Qwen2VLImageProcessor and LLaVA-1.5's CLIP processor); Qwen3-VL's
@@ -78,6 +79,7 @@ class ModelSpec:
     max_pixels: int | None = None
     image_size: int | None = None
     policy: dict | None = None              # a tiled family's image policy (decode.tiled), as in its manifest
+    sliding_window: int | None = None       # the text model's sliding-window span (Gemma 3's packed masks)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES.values():
@@ -199,8 +201,9 @@ class ModelSpec:
         from vlmdata.text.families import load_family
 
         spec = cls.from_family(load_family(path).spec)
-        vocab = _text_vocab(config)
-        return spec if vocab is None else replace(spec, vocab_size=vocab)
+        vocab, window = _text_vocab(config), (config.get("text_config") or {}).get("sliding_window")
+        return replace(spec, vocab_size=vocab if vocab is not None else spec.vocab_size,
+                       sliding_window=int(window) if window is not None else None)
 
 
 def _read_json(path: str, required: bool) -> dict | None:
