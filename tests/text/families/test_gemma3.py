@@ -14,14 +14,13 @@ import pytest
 import torch
 
 from tests.helpers.exact_pixels import hf_pixels, max_diff, sized_jpegs
+from tests.helpers.gemma3 import CORPUS, shard_corpus
 from tests.helpers.models import (
     chatml_assistant_positions,
     gemma3_processor,
-    reference_conversations,
     samples_of,
-    write_reference_rows,
 )
-from vlmdata import ShardConfig, VLMDataset, shard_dataset
+from vlmdata import VLMDataset
 from vlmdata.decode import ExactDecoder, make_policy
 from vlmdata.errors import ConfigError
 from vlmdata.hf import ModelSpec, make_adapter, take_meta
@@ -29,36 +28,6 @@ from vlmdata.ingest import check_image
 from vlmdata.testing import gemma3_folder
 from vlmdata.text import Conversation
 from vlmdata.text.families import load_family
-
-SIZES = [(640, 480), (3, 2), (5000, 40), (40, 3000), (896, 896), (333, 777), (2400, 1800), (97, 211), (28, 28)]
-
-
-def _t(s: str) -> dict:
-    return {"type": "text", "text": s}
-
-
-IMG = {"type": "image"}
-
-# Whitespace next to every image: text items ending / starting with newlines and spaces (the template trims
-# them), a system prompt ending in newlines before an image (its "\n\n" is not trimmed), images side by side,
-# an image alone in a turn, string contents, non-ASCII beside an image.
-WHITESPACE_CONVERSATIONS = [
-    ([{"role": "user", "content": [_t("Look:\n\n"), IMG, _t("\n\n  and tell me.")]},
-      {"role": "assistant", "content": [_t("A red box.")]}], 1),
-    ([{"role": "system", "content": [_t("Be brief.  \n")]},
-      {"role": "user", "content": [IMG, IMG, _t(" two? ")]},
-      {"role": "assistant", "content": [_t("\n Yes, two. \n")]}], 2),
-    ([{"role": "system", "content": "Sys as a string\n\n"},
-      {"role": "user", "content": [_t("end with spaces   "), IMG]},
-      {"role": "assistant", "content": "plain string reply"},
-      {"role": "user", "content": [IMG]},
-      {"role": "assistant", "content": [_t("the quick brown fox\n\n")]}], 2),
-    ([{"role": "user", "content": [_t("東京\n"), IMG, _t("\nПривет ☕ naïve café")]},
-      {"role": "assistant", "content": [_t("はい 😀\n\n\n")]}], 1),
-    ([{"role": "user", "content": "No image, just text.\n\n"},
-      {"role": "assistant", "content": [_t("  model\nuser  ")]}], 0),
-]
-CORPUS = WHITESPACE_CONVERSATIONS + reference_conversations()
 
 
 @pytest.fixture(scope="module")
@@ -158,11 +127,8 @@ def _tiny():
 
 
 def test_sharded_and_loaded_ids_labels_and_pixels_equal_the_hf_processor(folder, processor, tmp_path):
-    rows, expected = write_reference_rows(tmp_path / "raw", CORPUS, SIZES)
-    m = shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=str(folder), workers=0,
-                                  max_samples_per_shard=5))
-    assert m.stats["samples"] == len(expected) and m.stats["skipped_total"] == 0
-    ds = VLMDataset(str(tmp_path / "ds"), max_tokens=1 << 16, max_images=64, rank=0, world_size=1)
+    rows, expected, data = shard_corpus(folder, tmp_path)
+    ds = VLMDataset(str(data), max_tokens=1 << 16, max_images=64, rank=0, world_size=1)
     assert ds.model_family.name == "gemma3" and ds.pixels == "exact"
     assert ModelSpec.from_dataset(ds).policy == ModelSpec.from_folder(str(folder)).policy
     adapter = make_adapter(ModelSpec.from_folder(str(folder)))      # the model's sliding window: config.json
