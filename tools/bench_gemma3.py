@@ -13,7 +13,7 @@ with --workers processes (fork, each a slice), median of interleaved rounds:
   DataLoader worker does; the uint8 tile goes into the pack, the adapter normalises on the device), and
   the same with that normalisation on the CPU too (`clip_pixels`), so both ends hold float32 pixel_values;
 - encoded bytes: `load_image` + processor against `ExactDecoder.decode` (+ normalisation);
-- the planner: `Gemma3Policy.tokens` on --sizes random (width, height) pairs, against the processor's
+- the planner: the `gemma3` policy's `tokens` on --sizes random (width, height) pairs, against the processor's
   `_get_num_multimodal_tokens` on the same sizes.
 
 It also prints the exact path's largest difference from the processor's pixel_values (0 expected).
@@ -39,8 +39,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from vlmdata.decode import ExactDecoder  # noqa: E402
-from vlmdata.decode.tiling.gemma3 import Gemma3Policy  # noqa: E402
+from vlmdata.decode import ExactDecoder, make_policy  # noqa: E402
 from vlmdata.hf import clip_pixels  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
 from vlmdata.testing import corpus_images, generator_script, write_report  # noqa: E402
@@ -112,7 +111,7 @@ def planner_rates(count: int, seed: int) -> dict[str, float]:
     ref = _W["processor"]._get_num_multimodal_tokens(image_sizes=sizes)["num_image_tokens"]
     t_ref = time.perf_counter() - t0
     assert np.array_equal(ours, ref)
-    return {"vlmdata Gemma3Policy.tokens": count / t_ours, "hf _get_num_multimodal_tokens": count / t_ref}
+    return {"vlmdata gemma3 policy tokens()": count / t_ours, "hf _get_num_multimodal_tokens": count / t_ref}
 
 
 def worst_difference() -> float:
@@ -152,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         data, sizes = corpus_images(Path(tmp) / "raw")
     proc = Gemma3ImageProcessorPil(size={"height": 896, "width": 896}, resample=2, image_mean=[0.5] * 3,
                                    image_std=[0.5] * 3)
-    _W.update(proc=proc, policy=Gemma3Policy(tile=896, patch=14, merge=4, tokens_per_image=256), pack=args.pack,
+    _W.update(proc=proc, policy=make_policy({"kind": "gemma3", "tile": 896, "patch": 14, "merge": 4, "tokens_per_image": 256}), pack=args.pack,
               exact=ExactDecoder(resample=2), data=data, sizes=sizes, opened=[_load(b) for b in data])
     _W["processor"] = _processor(proc)
     machine = f"{cpu_model()} ({os.cpu_count()} cores), load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
@@ -169,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     for p, v in r.items():
         lines.append(f"| {p} | {v:.1f} | x{v / (base_d if p.endswith('(decoded)') else base_b):.2f} |")
     lines += ["", f"Planner, {args.sizes:,} sizes (one process): " + "; ".join(f"{k} {v / 1e6:.1f} M images/s"
-              for k, v in plan.items()) + f" (x{plan['vlmdata Gemma3Policy.tokens'] / plan['hf _get_num_multimodal_tokens']:.1f}).",
+              for k, v in plan.items()) + f" (x{plan['vlmdata gemma3 policy tokens()'] / plan['hf _get_num_multimodal_tokens']:.1f}).",
               "", f"Exact mode's largest difference from the processor's pixel_values: {worst:.3g}."]
     text = "\n".join(lines)
     print(text)

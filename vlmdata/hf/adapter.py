@@ -42,6 +42,7 @@ boundary.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import replace
 
 import torch
@@ -56,6 +57,8 @@ __all__ = ["META_KEY", "HFBatchAdapter", "LlavaAdapter", "Qwen3VLAdapter", "Qwen
            "make_adapter", "take_meta", "text_attention"]
 
 META_KEY = "vlmdata"
+# family -> (module, class) of the adapters that live in their own module (vlmdata/hf/<family>_adapter.py)
+FAMILY_ADAPTERS = {"gemma3": ("vlmdata.hf.gemma3_adapter", "Gemma3Adapter")}
 _META_FIELDS = ("sample_keys", "stats", "state")
 
 
@@ -274,9 +277,9 @@ class TiledAdapter(HFBatchAdapter):
 
 def make_adapter(spec: ModelSpec, attn_implementation: str = "sdpa") -> HFBatchAdapter:
     """The adapter of `spec`'s family."""
-    if spec.family == "gemma3":
-        from vlmdata.hf.gemma3_adapter import Gemma3Adapter
-        return Gemma3Adapter(spec, attn_implementation)
+    if spec.family in FAMILY_ADAPTERS:          # a family's own module (it imports this one: found by name)
+        module, name = FAMILY_ADAPTERS[spec.family]
+        return getattr(importlib.import_module(module), name)(spec, attn_implementation)
     cls = Qwen3VLAdapter if spec.family == "qwen3-vl" else QwenVLAdapter if spec.is_qwen else LlavaAdapter
     return cls(spec, attn_implementation)
 
