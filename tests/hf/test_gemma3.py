@@ -55,21 +55,28 @@ def _model(folder, attn: str):
     return model
 
 
+def _samples(pack) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """(key, ids, labels) of each sample of a pack, or of each row of a bucket batch (its real tokens)."""
+    if "cu_seqlens" in pack:
+        cu = pack["cu_seqlens"].tolist()
+        return [(k, pack["input_ids"][a:b], pack["labels"][a:b]) for k, a, b in zip(pack["sample_keys"], cu, cu[1:])]
+    return [(k, pack["input_ids"][i, :n], pack["labels"][i, :n])
+            for i, (k, n) in enumerate(zip(pack["sample_keys"], pack["lengths"].tolist()))]
+
+
 def _alone(pack, rows, expected, processor) -> list[Reference]:
     """Each sample of the pack as the processor gives it (original files opened as load_image does), with the
     pack's labels (its ids are asserted equal to the processor's)."""
     from PIL import Image
     from transformers.image_utils import load_image
 
-    cu = pack["cu_seqlens"].tolist()
     out = []
-    for i, key in enumerate(pack["sample_keys"]):
+    for key, ids, labels in _samples(pack):
         messages, images = expected[int(key.split("conv")[-1])]
         files = [load_image(Image.open(io.BytesIO(im_bytes))) for im_bytes in _files(rows, key)]
         assert len(files) == len(images)
         text = processor.apply_chat_template(messages, tokenize=False)
         ref = processor(text=[text], images=[files] if files else None, add_special_tokens=False, return_tensors="pt")
-        ids, labels = pack["input_ids"][cu[i]:cu[i + 1]], pack["labels"][cu[i]:cu[i + 1]]
         assert torch.equal(ids, ref["input_ids"][0]), key
         out.append(Reference(key, dict(ref), ids.numpy(), labels.numpy(), [], []))
     return out
@@ -139,6 +146,28 @@ def test_packed_equals_sum_of_samples(gemma, attn):
                   {**no_window, "full_attention": inputs["attention_mask"]["full_attention"]}):  # no window
         loss, _ = run_packed(model, {**inputs, "attention_mask": wrong}, count)
         assert abs(loss - alone_loss) > TOL * max(1.0, abs(alone_loss))     # the check can fail
+
+
+def test_bucket_rows_equal_their_samples_alone(gemma, tmp_path):
+    """Bucket mode: padded rows with the 2-D mask; the model builds its own masks from it and token_type_ids."""
+    from vlmdata import DatasetOptions
+
+    folder, spec, _, rows, expected = gemma
+    data = rows.parent.parent / "ds"
+    ds = VLMDataset(str(data), max_tokens=2048, max_images=64, rank=0, world_size=1,
+                    options=DatasetOptions(mode="bucket"))
+    batch = next(b for b in ds if b["input_ids"].shape[0] >= 2 and "pixel_values" in b)
+    adapter = make_adapter(spec)
+    host = adapter(batch)
+    take_meta(host)
+    inputs = adapter.finalize(host)
+    assert inputs["attention_mask"].dim() == 2 and inputs["token_type_ids"].shape == inputs["input_ids"].shape
+    model = _model(folder, "sdpa")
+    count = int((batch["labels"] != -100).sum())
+    rows_loss, rows_grads = run_packed(model, inputs, count)
+    alone_loss, alone_grads = run_one_by_one(model, _alone(batch, rows, expected, gemma3_processor(folder)), count)
+    assert abs(rows_loss - alone_loss) <= TOL * max(1.0, abs(alone_loss))
+    assert_grads_close(rows_grads, alone_grads, rel=TOL)
 
 
 def test_adapter_keys_and_refusals(gemma):
