@@ -27,6 +27,7 @@ from vlmdata.hf import (
     gemma3_packed_masks,
     make_adapter,
     take_meta,
+    text_attention,
 )
 from vlmdata.loading import VLMDataset
 from vlmdata.testing import gemma3_folder
@@ -184,7 +185,8 @@ def test_adapter_keys_and_refusals(gemma):
     unknown = replace(spec, sliding_window=None)                              # a spec from a dataset's manifest
     with pytest.raises(AdapterError, match="sliding_window"):
         _inputs(unknown, pack, "sdpa")
-    model = _model(folder, "sdpa")
+    model = tiny_model(str(folder), attn="auto")
+    assert text_attention(model) == "sdpa"                                    # auto: no varlen path for Gemma 3
     assert HFBatchAdapter.for_model(unknown, model).spec.sliding_window == WINDOW   # the model's config says
 
 

@@ -31,6 +31,9 @@ What reaches `forward` (pack mode; B = 1, T tokens, N patches, n images):
 | `cu_seq_lens_q/k`, `max_length_q/k` | int32 [n+1], int | int32 [n+1], int |
 | `attention_mask` | [1, 1, T, T] for sdpa/eager | [1, 1, T, T] for sdpa/eager |
 
+Gemma 3 (`vlmdata.hf.gemma3_adapter`): `pixel_values` [n, 3, S, S], `token_type_ids`, 1-D positions,
+and per-layer-type masks `{"full_attention", "sliding_attention"}` for sdpa/eager.
+
 Packs without images carry no image keys (the model then runs text only).
 Bucket-mode packs ([B, L] rows padded to the longest, with a 2-D
 `attention_mask`) keep the padded layout: the model's own padded path applies,

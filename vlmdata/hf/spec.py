@@ -56,7 +56,7 @@ _FAMILY_DEFAULTS = {"qwen3-vl": {"patch_size": 16, "image_mean": (0.5,) * 3, "im
 class ModelSpec:
     """The model-family facts the adapters use (see the module docstring for where each comes from).
 
-    family: "qwen2-vl", "qwen2.5-vl", "qwen3-vl" or "llava".
+    family: "qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava" or "gemma3".
     image_mean / image_std: per channel, 0-1 scale, as in preprocessor_config.json.
     patch_size / merge_size / temporal_patch_size: the vision tower's patch geometry (1, 1 for LLaVA's
         merge and temporal axes).
@@ -64,6 +64,8 @@ class ModelSpec:
     policy: a tiled family's image policy dict (InternVL, Idefics3, ...: `decode.tiled`); such a spec
         is read from the processor folder's tokenizer too, as the policy names token ids.
     vocab_size: the text model's embedding rows (None when the folder does not say).
+    sliding_window: the text model's sliding-window span (config.json text_config.sliding_window, or the
+        model's config through `HFBatchAdapter.for_model`); Gemma 3's packed masks need it.
     """
 
     family: str

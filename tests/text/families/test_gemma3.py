@@ -120,6 +120,19 @@ def test_newlines_around_images_tokenize_as_in_the_expanded_text(folder, process
     assert merged >= 2
 
 
+def test_a_reply_ending_in_byte_fallback_tokens_is_trained_whole(folder, processor):
+    """A character the tokenizer spells in several byte tokens (an emoji) at the end of a reply: all of them and
+    the <end_of_turn> after are trained (the trained span's last character maps to its every token)."""
+    fam, tok = load_family(str(folder)), processor.tokenizer
+    messages = [{"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "Oui 😀"}]}]
+    ids, trained = fam.encode(Conversation(messages, 0))
+    emoji = tok.encode("😀", add_special_tokens=False)
+    assert len(emoji) == 4
+    eot = int(np.flatnonzero(ids == tok.convert_tokens_to_ids("<end_of_turn>"))[-1])
+    assert ids[eot - 4:eot].tolist() == emoji and trained[eot - 4:eot + 1].all()
+
+
 def _tiny():
     from PIL import Image
 
