@@ -68,7 +68,7 @@ def test_a_family_that_contradicts_the_folder_is_refused(folder, tmp_path):
 
 def test_pan_and_scan_and_inconsistent_folders_are_refused(tmp_path):
     pas = gemma3_folder(tmp_path / "pas", do_pan_and_scan=True, pan_and_scan_min_crop_size=256)
-    with pytest.raises(ConfigError, match="do_pan_and_scan"):
+    with pytest.raises(ConfigError, match="sets do_pan_and_scan, which vlmdata's gemma3 family does not support"):
         load_family(str(pas))
     odd = gemma3_folder(tmp_path / "odd")
     cfg = json.loads((odd / "processor_config.json").read_text())

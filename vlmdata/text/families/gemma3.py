@@ -11,7 +11,9 @@ the side and `resample` (preprocessor_config.json; bilinear by default, as Gemma
 tokens per image (processor_config `image_seq_length`, config.json `mm_tokens_per_image`; they must
 agree). Pan-and-scan (`do_pan_and_scan`) adds crops whose number depends on each image's size and text
 ("Here is the original image ... crops ...") that touches the user's text, which cannot be tokenized
-before the image's size is known: such a folder is refused. Trained: each model reply and the
+before the image's size is known: such a folder is refused (transformers 5.24's Gemma3Processor applies it
+only when called with do_pan_and_scan=True, whatever the folder says; its image processor alone applies the
+folder's setting). Trained: each model reply and the
 `<end_of_turn>` closing it.
 """
 from __future__ import annotations
@@ -61,7 +63,9 @@ class Gemma3Family(ModelFamily):
         if pp.get("do_pan_and_scan"):
             raise ConfigError(f"{self.folder.path}: preprocessor_config.json sets do_pan_and_scan, which vlmdata's "
                               "gemma3 family does not support (its crops and text depend on each image's size); "
-                              "set do_pan_and_scan to false or null (Gemma 3's published setting)")
+                              "set do_pan_and_scan to false or null (Gemma 3's published setting). Gemma3Processor "
+                              "itself crops only when called with do_pan_and_scan=True (its default is False even "
+                              "then), its image processor alone does crop")
         for flag in ("do_resize", "do_rescale", "do_normalize"):
             if pp.get(flag) is False:
                 raise ConfigError(f"{self.folder.path}: preprocessor_config.json sets {flag}=false; vlmdata's gemma3 "
