@@ -118,7 +118,7 @@ class HFPackedModel(nn.Module):
             out = inner.get_image_features(self.adapter.normalise(rows, like.dtype),
                                            torch.tensor([[1, m, m]], device=dev))
         else:
-            s = int(spec.image_size)
+            s = int(spec.image_policy().tile if spec.policy is not None else spec.image_size)
             images = self.adapter.normalise(torch.zeros(1, 3, s, s, dtype=torch.uint8, device=dev), like.dtype)
             out = inner.get_image_features(pixel_values=images)
         features = out.pooler_output
@@ -171,13 +171,21 @@ class HFPackedModel(nn.Module):
             m = spec.merge_size
             pixels = torch.zeros(m * m, 3 * spec.patch_size ** 2, dtype=torch.uint8)
             images = {"pixel_values": pixels, "image_grid": torch.tensor([[1, m, m]], dtype=torch.int32)}
-            n_img = 1
+            run = torch.full((1,), spec.image_token_id)
+        elif spec.policy is not None:             # a tiled family: one square image's tiles and token run
+            policy = spec.image_policy()
+            s = policy.tile
+            tiles = int(policy.tiles(s, s))
+            run = torch.tensor(policy.expansion(s, s))
+            images = {"pixel_values": torch.zeros(tiles, 3, s, s, dtype=torch.uint8),
+                      "image_tiles": torch.tensor([tiles], dtype=torch.int32),
+                      "image_sizes": torch.tensor([[s, s]], dtype=torch.int32)}
         else:
             s = int(spec.image_size)
             images = {"pixel_values": torch.zeros(1, 3, s, s, dtype=torch.uint8)}
-            n_img = (s // spec.patch_size) ** 2
-        ids = torch.cat([torch.zeros(1, dtype=torch.int64), torch.full((n_img,), spec.image_token_id),
-                         torch.zeros(3, dtype=torch.int64)])
+            run = torch.full(((s // spec.patch_size) ** 2,), spec.image_token_id)
+        n_img = len(run)
+        ids = torch.cat([torch.zeros(1, dtype=torch.int64), run.to(torch.int64), torch.zeros(3, dtype=torch.int64)])
         labels = ids.clone()
         labels[: 1 + n_img] = IGNORE
         total = len(ids)

@@ -125,16 +125,32 @@ def reference_conversations() -> list[tuple[list[dict], int]]:
     ]
 
 
-def write_reference_rows(out: Path) -> tuple[Path, list[tuple[list[dict], list[Image.Image]]]]:
-    """The reference conversations as OpenAI/TRL `messages` rows (JSONL, images as files); returns the file
-    and, per row, (messages, PIL images) for the reference processor."""
+def gemma3_processor(folder: Path):
+    """transformers' Gemma3Processor from a folder's parts (Gemma3ImageProcessorPil, its GemmaTokenizer, the
+    folder's chat template and image_seq_length)."""
+    from transformers import AutoTokenizer, Gemma3ImageProcessorPil, Gemma3Processor
+
+    template = json.loads((folder / "chat_template.json").read_text())["chat_template"]
+    seq = json.loads((folder / "processor_config.json").read_text())["image_seq_length"]
+    return Gemma3Processor(image_processor=Gemma3ImageProcessorPil.from_pretrained(str(folder)),
+                           tokenizer=AutoTokenizer.from_pretrained(str(folder)), chat_template=template,
+                           image_seq_length=seq)
+
+
+def write_reference_rows(out: Path, conversations: list[tuple[list[dict], int]] | None = None,
+                         sizes: list[tuple[int, int]] | None = None,
+                         ) -> tuple[Path, list[tuple[list[dict], list[Image.Image]]]]:
+    """The reference conversations (or `conversations`) as OpenAI/TRL `messages` rows (JSONL, images as PNG
+    files of IMAGE_SIZES or `sizes`, in turn); returns the file and, per row, (messages, PIL images) for the
+    reference processor."""
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
+    sizes = sizes or IMAGE_SIZES
     rows, expected, k = [], [], 0
-    for n, (messages, n_images) in enumerate(reference_conversations()):
+    for n, (messages, n_images) in enumerate(conversations or reference_conversations()):
         files, images = [], []
         for _ in range(n_images):
-            w, h = IMAGE_SIZES[k % len(IMAGE_SIZES)]
+            w, h = sizes[k % len(sizes)]
             k += 1
             im = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
             name = f"img{k}.png"
