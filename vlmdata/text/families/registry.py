@@ -6,8 +6,8 @@ import os
 
 from vlmdata.errors import ConfigError
 from vlmdata.text.families.base import ModelFamily
-from vlmdata.text.families.generic import GenericFamily
 from vlmdata.text.families.gemma3 import Gemma3Family
+from vlmdata.text.families.generic import GenericFamily
 from vlmdata.text.families.llava import LlavaFamily
 from vlmdata.text.families.qwen2_vl import Qwen2VLFamily, Qwen3VLFamily, Qwen25VLFamily
 from vlmdata.text.model_folder import ModelFolder
