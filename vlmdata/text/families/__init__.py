@@ -4,5 +4,5 @@ from vlmdata._lazy import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "FamilySpec": "base", "ModelFamily": "base", "TRAIN_ON": "base", "VisionSpec": "base",
     "FAMILIES": "registry", "load_family": "registry", "family_names": "registry",
-    "LlavaFamily": "llava", "Qwen2VLFamily": "qwen2_vl", "Qwen25VLFamily": "qwen2_vl",
+    "LlavaFamily": "llava", "InternVLFamily": "internvl", "Qwen2VLFamily": "qwen2_vl", "Qwen25VLFamily": "qwen2_vl",
 })
