@@ -101,7 +101,7 @@ def llava_processor():
 def internvl_processor():
     from transformers import GotOcr2ImageProcessorPil, InternVLProcessor
 
-    from vlmdata.testing.internvl_folders import INTERNVL_CHAT_TEMPLATE
+    from vlmdata.testing import INTERNVL_CHAT_TEMPLATE
 
     tok = word_tokenizer(INTERNVL_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>", start_image_token="<img>",
                          end_image_token="</img>", context_image_token="<IMG_CONTEXT>", video_token="<video>")

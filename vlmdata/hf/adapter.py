@@ -31,6 +31,9 @@ What reaches `forward` (pack mode; B = 1, T tokens, N patches, n images):
 | `cu_seq_lens_q/k`, `max_length_q/k` | int32 [n+1], int | int32 [n+1], int |
 | `attention_mask` | [1, 1, T, T] for sdpa/eager | [1, 1, T, T] for sdpa/eager |
 
+InternVL (`InternVLAdapter`, a tiled family) gets LLaVA's keys with `pixel_values` [tiles, 3, S, S]:
+each image's tiles in processor order, normalised with its mean/std.
+
 Packs without images carry no image keys (the model then runs text only).
 Bucket-mode packs ([B, L] rows padded to the longest, with a 2-D
 `attention_mask`) keep the padded layout: the model's own padded path applies,
@@ -50,8 +53,8 @@ from vlmdata.hf.mrope import mrope_position_ids
 from vlmdata.hf.pixels import clip_pixels, fixed_to_patches, qwen_patches
 from vlmdata.hf.spec import ModelSpec
 
-__all__ = ["META_KEY", "HFBatchAdapter", "LlavaAdapter", "Qwen3VLAdapter", "QwenVLAdapter", "TiledAdapter",
-           "make_adapter", "take_meta", "text_attention"]
+__all__ = ["META_KEY", "HFBatchAdapter", "InternVLAdapter", "LlavaAdapter", "Qwen3VLAdapter", "QwenVLAdapter",
+           "TiledAdapter", "make_adapter", "take_meta", "text_attention"]
 
 META_KEY = "vlmdata"
 _META_FIELDS = ("sample_keys", "stats", "state")
@@ -260,11 +263,18 @@ class TiledAdapter(HFBatchAdapter):
         return clip_pixels(pixels, int(spec.policy["tile"]), spec.image_mean, spec.image_std, dtype)
 
 
+class InternVLAdapter(TiledAdapter):
+    """InternVL3 / InternVL3.5 (`InternVLForConditionalGeneration`): `pixel_values` [tiles, 3, 448, 448], every
+    image's grid row by row then its thumbnail, normalised as GotOcr2ImageProcessor does (ImageNet mean/std);
+    no tile counts or image sizes (the model scatters tile features over the `<IMG_CONTEXT>` tokens in order,
+    image_seq_length per tile, and its vision tower attends within a tile, so samples never meet there)."""
+
+    family = ("internvl",)
+
+
 def make_adapter(spec: ModelSpec, attn_implementation: str = "sdpa") -> HFBatchAdapter:
     """The adapter of `spec`'s family."""
     if spec.family == "internvl":
-        from vlmdata.hf.internvl_adapter import InternVLAdapter
-
         return InternVLAdapter(spec, attn_implementation)
     cls = Qwen3VLAdapter if spec.family == "qwen3-vl" else QwenVLAdapter if spec.is_qwen else LlavaAdapter
     return cls(spec, attn_implementation)
