@@ -96,14 +96,22 @@ def test_tiles_of_another_size_are_refused(internvl):
         make_adapter(other)(reference_pack(refs, spec.image_policy(), spec.image_token_id))
 
 
-def test_a_corpus_sharded_with_the_folder_trains_through_vlmtrainer(internvl, tmp_path):
+@pytest.fixture(scope="module")
+def sharded(internvl, tmp_path_factory):
+    """The hostile reference corpus sharded with the tiny model's folder: (dataset root, samples)."""
+    tmp = tmp_path_factory.mktemp("internvl-data")
+    rows, expected = write_reference_rows(tmp / "raw")
+    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp / "ds"), tokenizer=internvl[0], workers=0,
+                              max_samples_per_shard=4))
+    return str(tmp / "ds"), len(expected)
+
+
+def test_a_corpus_sharded_with_the_folder_trains_through_vlmtrainer(internvl, sharded, tmp_path):
     from transformers import TrainingArguments
 
     folder, spec, _ = internvl
-    rows, expected = write_reference_rows(tmp_path / "raw")
-    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=folder, workers=0,
-                              max_samples_per_shard=4))
-    ds = VLMDataset(str(tmp_path / "ds"), max_tokens=1024, max_images=64, rank=0, world_size=1)
+    root, n = sharded
+    ds = VLMDataset(root, max_tokens=1024, max_images=64, rank=0, world_size=1)
     assert ds.model_family.name == "internvl" and ds.pixels == "exact"
     assert {**ModelSpec.from_dataset(ds).to_dict(), "vocab_size": None} == {**spec.to_dict(), "vocab_size": None}
     args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=6, per_device_train_batch_size=1,
@@ -115,4 +123,18 @@ def test_a_corpus_sharded_with_the_folder_trains_through_vlmtrainer(internvl, tm
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert trainer.state.global_step == len(losses) == 6 and all(torch.isfinite(torch.tensor(losses)))
-    assert {k.split("/")[-1] for k in keys} >= {f"conv{i}" for i in range(len(expected))}   # every sample trained
+    assert {k.split("/")[-1] for k in keys} >= {f"conv{i}" for i in range(n)}               # every sample trained
+
+
+def test_the_reference_loop_trains_it_with_model_hf_dir(internvl, sharded, tmp_path):
+    import json
+
+    from vlmdata_pipelines.train import main
+
+    folder, _, _ = internvl
+    out = tmp_path / "out"
+    assert main(["--data", sharded[0], "--model", f"hf:{folder}", "--steps", "6", "--max-tokens", "1024",
+                 "--num-workers", "0", "--lr", "3e-3", "--out", str(out)]) == 0
+    result = json.load(open(out / "result.rank0.json"))
+    assert result["steps"] == list(range(6)) and result["images"] > 0
+    assert all(torch.isfinite(torch.tensor(result["losses"])))
