@@ -90,8 +90,8 @@ class InternVLFamily(ModelFamily):
         return self.vision.image_token
 
     def placeholder_text(self) -> str:
-        v = self.vision
-        return f"{self.tokenizer.id_to_token(v.vision_start_id)}{v.image_token}{self.tokenizer.id_to_token(v.vision_end_id)}"
+        start, end = (self.tokenizer.id_to_token(i) for i in (self.vision.vision_start_id, self.vision.vision_end_id))
+        return f"{start}{self.vision.image_token}{end}"
 
     def document_end(self) -> str | None:
         return "<|endoftext|>"
