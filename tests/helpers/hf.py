@@ -394,6 +394,37 @@ def run_one_by_one(model, refs, count: int) -> tuple[float, dict]:
     return total, _grads(model)
 
 
+def shift_one_boundary(inputs: dict) -> dict:
+    """`inputs` with sample 0's end moved half way into sample 1 (boundaries only: the 4-D mask is dropped)."""
+    from vlmdata.hf import flash_kwargs
+
+    cu = inputs["cu_seq_lens_q"].clone()
+    cu[1] += int(cu[2] - cu[1]) // 2
+    bad = dict(inputs, **flash_kwargs(cu, int((cu[1:] - cu[:-1]).max())))
+    bad.pop("attention_mask", None)
+    return bad
+
+
+def check_packed_equals_alone(folder: str, spec, refs, attn: str, tol: float = 1e-5) -> None:
+    """The pack's loss and gradients through the folder's tiny model equal the sum over its samples run alone
+    (relative `tol`), the vision tower is trained, and a boundary moved into the next sample breaks the equality."""
+    from tests.helpers.train import assert_grads_close
+    from vlmdata.hf import attention_kind, block_causal_mask
+
+    model = tiny_model(folder, attn=attn)
+    count = label_count(refs)
+    packed_loss, packed_grads = run_packed(model, packed_inputs(spec, refs, attn), count)
+    alone_loss, alone_grads = run_one_by_one(model, refs, count)
+    assert abs(packed_loss - alone_loss) <= tol * max(1.0, abs(alone_loss))
+    assert_grads_close(packed_grads, alone_grads, rel=tol)
+    assert any(n.startswith(("model.visual", "model.vision_tower")) for n in packed_grads)     # images trained
+    shifted = shift_one_boundary(packed_inputs(spec, refs, attn))
+    if attention_kind(attn) == "masked":
+        shifted["attention_mask"] = block_causal_mask(shifted["cu_seq_lens_q"], shifted["input_ids"].shape[1])
+    wrong_loss, _ = run_packed(model, shifted, count)
+    assert abs(wrong_loss - alone_loss) > tol * max(1.0, abs(alone_loss))               # the check can fail
+
+
 def packed_inputs(spec, refs, attn: str) -> dict:
     """The forward inputs of these samples packed: vlmdata's collate, then the family's output adapter."""
     from vlmdata.hf import make_adapter, take_meta

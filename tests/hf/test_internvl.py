@@ -9,32 +9,18 @@ import pytest
 import torch
 
 from tests.helpers.hf import (
+    check_packed_equals_alone,
     internvl_processor,
-    label_count,
     make_conversations,
-    packed_inputs,
     reference_pack,
     references,
-    run_one_by_one,
-    run_packed,
     tiny_model,
     write_internvl_folder,
 )
 from tests.helpers.models import write_reference_rows
-from tests.helpers.train import assert_grads_close
 from vlmdata import ShardConfig, VLMDataset, shard_dataset
 from vlmdata.errors import AdapterError
-from vlmdata.hf import (
-    InternVLAdapter,
-    ModelSpec,
-    VLMTrainer,
-    block_causal_mask,
-    flash_kwargs,
-    make_adapter,
-    take_meta,
-)
-
-TOL = 1e-5
+from vlmdata.hf import InternVLAdapter, ModelSpec, VLMTrainer, make_adapter, take_meta
 
 
 @pytest.fixture(scope="module")
@@ -73,20 +59,7 @@ def test_pack_pixels_equal_the_processors_tiles(internvl):
 @pytest.mark.parametrize("attn", ["sdpa", "vlmdata_varlen"])
 def test_packed_equals_sum_of_samples(internvl, attn):
     folder, spec, refs = internvl
-    model = tiny_model(folder, attn=attn)
-    count = label_count(refs)
-    packed_loss, packed_grads = run_packed(model, packed_inputs(spec, refs, attn), count)
-    alone_loss, alone_grads = run_one_by_one(model, refs, count)
-    assert abs(packed_loss - alone_loss) <= TOL * max(1.0, abs(alone_loss))
-    assert_grads_close(packed_grads, alone_grads, rel=TOL)
-    assert any(n.startswith("model.vision_tower") for n in packed_grads)   # the tiles are trained
-    cu = packed_inputs(spec, refs, attn)["cu_seq_lens_q"].clone()
-    cu[1] += int(cu[2] - cu[1]) // 2                                        # sample 0 swallows half of sample 1
-    shifted = dict(packed_inputs(spec, refs, attn), **flash_kwargs(cu, int((cu[1:] - cu[:-1]).max())))
-    if attn == "sdpa":
-        shifted["attention_mask"] = block_causal_mask(cu, shifted["input_ids"].shape[1])
-    wrong_loss, _ = run_packed(model, shifted, count)
-    assert abs(wrong_loss - alone_loss) > TOL * max(1.0, abs(alone_loss))  # the check can fail
+    check_packed_equals_alone(folder, spec, refs, attn)
 
 
 def test_tiles_of_another_size_are_refused(internvl):
