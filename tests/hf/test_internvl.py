@@ -2,13 +2,14 @@
 GotOcr2ImageProcessorPil, a tiny randomly initialised InternVLForConditionalGeneration, fp32 on CPU), a pack's
 tiles equal the processor's pixel_values (from the original files, 1e-5), its loss and gradients equal the sum
 over its samples run alone (1e-5) and a moved boundary breaks that; a corpus sharded with the model folder
-trains through VLMTrainer."""
+trains through VLMTrainer, the reference loop (`--model hf:DIR`) and a 2-process `accelerate launch`."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from tests.helpers.hf import (
+    accelerate_launch,
     check_packed_equals_alone,
     internvl_processor,
     make_conversations,
@@ -111,3 +112,19 @@ def test_the_reference_loop_trains_it_with_model_hf_dir(internvl, sharded, tmp_p
     result = json.load(open(out / "result.rank0.json"))
     assert result["steps"] == list(range(6)) and result["images"] > 0
     assert all(torch.isfinite(torch.tensor(result["losses"])))
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_accelerate_launch_two_processes(internvl, sharded, tmp_path):
+    import json
+
+    folder, _, _ = internvl
+    out = tmp_path / "run"
+    accelerate_launch(["-m", "vlmdata_pipelines.hf_trainer", "--data", sharded[0], "--model", folder, "--out",
+                       str(out), "--epochs", "1", "--max-tokens", "1024", "--num-workers", "1"])
+    results = [json.load(open(out / f"result.rank{r}.json")) for r in range(2)]
+    keys = [r["keys_by_epoch"]["0"] for r in results]
+    assert all(keys) and not set(keys[0]) & set(keys[1])                   # both ranks trained, no sample twice
+    assert len(keys[0]) + len(keys[1]) == sharded[1]
+    assert all(torch.isfinite(torch.tensor(results[0]["losses"])))
