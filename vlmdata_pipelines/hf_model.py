@@ -118,7 +118,7 @@ class HFPackedModel(nn.Module):
             out = inner.get_image_features(self.adapter.normalise(rows, like.dtype),
                                            torch.tensor([[1, m, m]], device=dev))
         else:
-            s = int(spec.image_policy().tile if spec.policy is not None else spec.image_size)
+            s = _image_side(spec)
             images = self.adapter.normalise(torch.zeros(1, 3, s, s, dtype=torch.uint8, device=dev), like.dtype)
             out = inner.get_image_features(pixel_values=images)
         features = out.pooler_output
@@ -172,25 +172,29 @@ class HFPackedModel(nn.Module):
             pixels = torch.zeros(m * m, 3 * spec.patch_size ** 2, dtype=torch.uint8)
             images = {"pixel_values": pixels, "image_grid": torch.tensor([[1, m, m]], dtype=torch.int32)}
             run = torch.full((1,), spec.image_token_id)
-        elif spec.policy is not None:             # a tiled family: one square image's tiles and token run
+        elif spec.policy is not None:                   # a tiled family: one tile-sized image, its own token run
+            s = _image_side(spec)
             policy = spec.image_policy()
-            s = policy.tile
-            tiles = int(policy.tiles(s, s))
-            run = torch.tensor(policy.expansion(s, s))
-            images = {"pixel_values": torch.zeros(tiles, 3, s, s, dtype=torch.uint8),
-                      "image_tiles": torch.tensor([tiles], dtype=torch.int32),
+            n_tiles = int(policy.tiles(s, s))
+            images = {"pixel_values": torch.zeros(n_tiles, 3, s, s, dtype=torch.uint8),
+                      "image_tiles": torch.tensor([n_tiles], dtype=torch.int32),
                       "image_sizes": torch.tensor([[s, s]], dtype=torch.int32)}
+            run = torch.from_numpy(policy.expansion(s, s).copy())
         else:
             s = int(spec.image_size)
             images = {"pixel_values": torch.zeros(1, 3, s, s, dtype=torch.uint8)}
             run = torch.full(((s // spec.patch_size) ** 2,), spec.image_token_id)
-        n_img = len(run)
-        ids = torch.cat([torch.zeros(1, dtype=torch.int64), run.to(torch.int64), torch.zeros(3, dtype=torch.int64)])
+        ids = torch.cat([torch.zeros(1, dtype=torch.int64), run, torch.zeros(3, dtype=torch.int64)])
         labels = ids.clone()
-        labels[: 1 + n_img] = IGNORE
+        labels[: 1 + len(run)] = IGNORE
         total = len(ids)
         return {"input_ids": ids, "labels": labels, "position_ids": torch.arange(total),
                 "cu_seqlens": torch.tensor([0, total], dtype=torch.int32), "max_seqlen": total, **images}
+
+
+def _image_side(spec) -> int:
+    """The side of the vision tower's square input: a tiled family's tile, else LLaVA's image size."""
+    return int(spec.policy["tile"]) if spec.policy is not None else int(spec.image_size)
 
 
 def hf_data_options(data: DataOptions, cfg: HFModelConfig) -> DataOptions:

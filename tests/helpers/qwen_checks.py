@@ -1,6 +1,7 @@
 """Checks every Qwen-VL generation's family passes against its own Hugging Face processor: the vision settings,
 image-token counts for 10^4 random sizes, the chat template's rendering, and the ids, trained positions, pixels and
-grids of the reference corpus sharded and then loaded with the defaults."""
+grids of the reference corpus sharded and then loaded with the defaults (the last two serve every ChatML family
+with Qwen2's ids, InternVL too)."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ import json
 import numpy as np
 import torch
 
-from tests.helpers.exact_pixels import hf_pixels, max_diff
+from tests.helpers.exact_pixels import max_diff, processor_pixels
 from tests.helpers.models import (
     chatml_assistant_positions,
     reference_conversations,
@@ -58,8 +59,8 @@ def check_rendering(folder, processor) -> None:
 
 
 def check_sharded_and_loaded(folder, processor, family: str, tmp_path) -> None:
-    """Shard the reference rows with the folder, load them with the defaults: pixels and grids (through the
-    family's adapter), ids and trained positions equal the processor's."""
+    """Shard the reference rows with the folder, load them with the defaults: pixels and grids, where the
+    processor gives them (through the family's adapter), ids and trained positions equal the processor's."""
     rows, expected = write_reference_rows(tmp_path / "raw")
     m = shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=str(folder), workers=0,
                                   max_samples_per_shard=4))
@@ -74,10 +75,11 @@ def check_sharded_and_loaded(folder, processor, family: str, tmp_path) -> None:
         host = adapter(pack)
         keys = take_meta(host)["sample_keys"]
         inputs = adapter.finalize(host)
-        refs = [hf_pixels(processor.image_processor, (rows.parent / f).read_bytes()) for k in keys for f in files[k]]
+        refs = [processor_pixels(processor, (rows.parent / f).read_bytes()) for k in keys for f in files[k]]
         if refs:
             worst = max(worst, max_diff(inputs["pixel_values"], torch.cat([r["pixel_values"] for r in refs])))
-            assert torch.equal(inputs["image_grid_thw"], torch.cat([r["image_grid_thw"] for r in refs]))
+            if "image_grid_thw" in refs[0]:
+                assert torch.equal(inputs["image_grid_thw"], torch.cat([r["image_grid_thw"] for r in refs]))
             compared += len(refs)
     assert compared > 0 and worst <= 1e-5
     header = processor.tokenizer.encode("assistant\n", add_special_tokens=False)

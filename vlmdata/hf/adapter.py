@@ -37,6 +37,9 @@ mask, and exactly the keys its processor returns for the pack's images (`pixel_v
 Gemma 3 (`vlmdata.hf.gemma3_adapter`): `pixel_values` [n, 3, S, S], `token_type_ids`, 1-D positions,
 and per-layer-type masks `{"full_attention", "sliding_attention"}` for sdpa/eager.
 
+InternVL (`InternVLAdapter`, a tiled family) gets LLaVA's keys with `pixel_values` [tiles, 3, S, S]:
+each image's tiles in processor order, normalised with its mean/std.
+
 Packs without images carry no image keys (the model then runs text only).
 Bucket-mode packs ([B, L] rows padded to the longest, with a 2-D
 `attention_mask`) keep the padded layout: the model's own padded path applies,
@@ -60,9 +63,8 @@ from vlmdata.hf.mrope import mrope_position_ids
 from vlmdata.hf.pixels import clip_pixels, fixed_to_patches, qwen_patches
 from vlmdata.hf.spec import ModelSpec
 
-__all__ = ["META_KEY", "HFBatchAdapter", "LlavaAdapter", "ProcessorAdapter", "Qwen3VLAdapter", "QwenVLAdapter",
-           "TiledAdapter",
-           "make_adapter", "take_meta", "text_attention"]
+__all__ = ["META_KEY", "HFBatchAdapter", "InternVLAdapter", "LlavaAdapter", "ProcessorAdapter", "Qwen3VLAdapter",
+           "QwenVLAdapter", "TiledAdapter", "make_adapter", "take_meta", "text_attention"]
 
 META_KEY = "vlmdata"
 # family -> (module, class) of the adapters that live in their own module (vlmdata/hf/<family>_adapter.py)
@@ -305,11 +307,22 @@ class ProcessorAdapter(HFBatchAdapter):
         return pixels.to(dtype)
 
 
+class InternVLAdapter(TiledAdapter):
+    """InternVL3 / InternVL3.5 (`InternVLForConditionalGeneration`): `pixel_values` [tiles, 3, 448, 448], every
+    image's grid row by row then its thumbnail, normalised as GotOcr2ImageProcessor does (ImageNet mean/std);
+    no tile counts or image sizes (the model scatters tile features over the `<IMG_CONTEXT>` tokens in order,
+    image_seq_length per tile, and its vision tower attends within a tile, so samples never meet there)."""
+
+    family = ("internvl",)
+
+
 def make_adapter(spec: ModelSpec, attn_implementation: str = "sdpa") -> HFBatchAdapter:
     """The adapter of `spec`'s family."""
     if spec.family in FAMILY_ADAPTERS:          # a family's own module (it imports this one: found by name)
         module, name = FAMILY_ADAPTERS[spec.family]
         return getattr(importlib.import_module(module), name)(spec, attn_implementation)
+    if spec.family == "internvl":
+        return InternVLAdapter(spec, attn_implementation)
     cls = Qwen3VLAdapter if spec.family == "qwen3-vl" else QwenVLAdapter if spec.is_qwen else LlavaAdapter
     if spec.family == "generic":
         cls = ProcessorAdapter
