@@ -262,6 +262,10 @@ class TiledAdapter(HFBatchAdapter):
 
 def make_adapter(spec: ModelSpec, attn_implementation: str = "sdpa") -> HFBatchAdapter:
     """The adapter of `spec`'s family."""
+    from vlmdata.hf.idefics3_adapter import Idefics3Adapter
+
+    if spec.family in Idefics3Adapter.family:
+        return Idefics3Adapter(spec, attn_implementation)
     cls = Qwen3VLAdapter if spec.family == "qwen3-vl" else QwenVLAdapter if spec.is_qwen else LlavaAdapter
     return cls(spec, attn_implementation)
 

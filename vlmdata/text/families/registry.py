@@ -6,6 +6,7 @@ import os
 
 from vlmdata.errors import ConfigError
 from vlmdata.text.families.base import ModelFamily
+from vlmdata.text.families.idefics3 import Idefics3Family, SmolVLMFamily
 from vlmdata.text.families.llava import LlavaFamily
 from vlmdata.text.families.qwen2_vl import Qwen2VLFamily, Qwen3VLFamily, Qwen25VLFamily
 from vlmdata.text.model_folder import ModelFolder
@@ -13,7 +14,8 @@ from vlmdata.text.model_folder import ModelFolder
 __all__ = ["FAMILIES", "family_names", "load_family"]
 
 # Tried in order; a new family (LLaVA-NeXT anyres, InternVL tiles, Idefics) is a ModelFamily subclass added here.
-FAMILIES: tuple[type[ModelFamily], ...] = (Qwen3VLFamily, Qwen25VLFamily, Qwen2VLFamily, LlavaFamily)
+FAMILIES: tuple[type[ModelFamily], ...] = (Qwen3VLFamily, Qwen25VLFamily, Qwen2VLFamily, LlavaFamily,
+                                           Idefics3Family, SmolVLMFamily)
 
 
 def family_names() -> str:
