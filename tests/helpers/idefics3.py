@@ -127,3 +127,25 @@ def check_sharded_and_loaded(folder: Path, processor, family: str, tmp_path) -> 
         want = reply_positions(ref, header, end, space)
         assert want.any() and np.array_equal(labels != -100, want), f"conv{n}"
         assert np.array_equal(labels[want], ref[want])
+
+
+TINY_TILE, TINY_LONGEST, TINY_PATCH = 32, 64, 8          # 4 x 4 patches, scale 2: 4 image tokens per tile
+
+
+def write_tiny_folder(path: str, family: str) -> Path:
+    """A folder for a tiny randomly initialised Idefics3 / SmolVLM (SigLIP 1 layer, Llama 2 layers; fp32): the
+    word tokenizer of tests.helpers.hf with the family's special tokens, 32 px tiles."""
+    from tests.helpers.hf import word_tokenizer
+    from vlmdata.testing import IDEFICS3_SPECIALS, write_idefics3_folder
+
+    bos = "<|begin_of_text|>" if family == "idefics3" else "<|im_start|>"
+    tok = word_tokenizer([bos, "<|endoftext|>", *IDEFICS3_SPECIALS], eos="<end_of_utterance>", pad="<|endoftext|>")
+    vocab = len(tok)
+    vision = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "image_size": TINY_TILE, "patch_size": TINY_PATCH}
+    text = {"model_type": "llama", "vocab_size": vocab, "hidden_size": 32, "intermediate_size": 64,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 4096, "pad_token_id": tok.pad_token_id}
+    return write_idefics3_folder(Path(path), family, tok.backend_tokenizer.to_str(), bos=bos, tile=TINY_TILE,
+                                 longest=TINY_LONGEST, seq_len=(TINY_TILE // TINY_PATCH) ** 2 // 4, vision=vision,
+                                 scale=2, text=text)
