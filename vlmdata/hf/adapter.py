@@ -31,6 +31,10 @@ What reaches `forward` (pack mode; B = 1, T tokens, N patches, n images):
 | `cu_seq_lens_q/k`, `max_length_q/k` | int32 [n+1], int | int32 [n+1], int |
 | `attention_mask` | [1, 1, T, T] for sdpa/eager | [1, 1, T, T] for sdpa/eager |
 
+Idefics3 / SmolVLM (`Idefics3Adapter`): `pixel_values` [1, N tiles, 3, S, S] normalised,
+`pixel_attention_mask` bool [1, N, S, S], `position_ids` [1, T] restarting per sample, the boundaries
+as above.
+
 Packs without images carry no image keys (the model then runs text only).
 Bucket-mode packs ([B, L] rows padded to the longest, with a 2-D
 `attention_mask`) keep the padded layout: the model's own padded path applies,
@@ -50,7 +54,7 @@ from vlmdata.hf.mrope import mrope_position_ids
 from vlmdata.hf.pixels import clip_pixels, fixed_to_patches, qwen_patches
 from vlmdata.hf.spec import ModelSpec
 
-__all__ = ["META_KEY", "HFBatchAdapter", "LlavaAdapter", "Qwen3VLAdapter", "QwenVLAdapter", "TiledAdapter",
+__all__ = ["META_KEY", "HFBatchAdapter", "Idefics3Adapter", "LlavaAdapter", "Qwen3VLAdapter", "QwenVLAdapter", "TiledAdapter",
            "make_adapter", "take_meta", "text_attention"]
 
 META_KEY = "vlmdata"
@@ -260,10 +264,29 @@ class TiledAdapter(HFBatchAdapter):
         return clip_pixels(pixels, int(spec.policy["tile"]), spec.image_mean, spec.image_std, dtype)
 
 
+class Idefics3Adapter(TiledAdapter):
+    """Idefics3 and SmolVLM: the tiles (each image's row-major tiles, then its global image) as
+    `pixel_values` [1, N, 3, S, S] and `pixel_attention_mask` [1, N, S, S], all true (every tile is a full
+    S x S crop: the processor's batch padding never pads one). The model flattens batch and image axes, so
+    one row of N tiles serves a pack of many samples; the image features fill the `<image>` tokens in order."""
+
+    family = ("idefics3", "smolvlm")
+
+    def normalise(self, pixels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return super().normalise(pixels, dtype).unsqueeze(0)
+
+    def finalize(self, batch: dict, device: torch.device | str | None = None,
+                 dtype: torch.dtype = torch.float32) -> dict:
+        inputs = super().finalize(batch, device, dtype)
+        pixels = inputs.get("pixel_values")
+        if pixels is not None:
+            n, side = pixels.shape[1], pixels.shape[-1]
+            inputs["pixel_attention_mask"] = torch.ones((1, n, side, side), dtype=torch.bool, device=pixels.device)
+        return inputs
+
+
 def make_adapter(spec: ModelSpec, attn_implementation: str = "sdpa") -> HFBatchAdapter:
     """The adapter of `spec`'s family."""
-    from vlmdata.hf.idefics3_adapter import Idefics3Adapter
-
     if spec.family in Idefics3Adapter.family:
         return Idefics3Adapter(spec, attn_implementation)
     cls = Qwen3VLAdapter if spec.family == "qwen3-vl" else QwenVLAdapter if spec.is_qwen else LlavaAdapter
