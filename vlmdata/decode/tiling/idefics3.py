@@ -128,12 +128,12 @@ class Idefics3Policy(TiledPolicy):
         resized = image.resize((int(w), int(h)), resample)
         side = (self.tile, self.tile)
         if not self.split:
-            return np.asarray(resized.resize(side, resample))[None]
+            return np.array(resized.resize(side, resample))[None]
         ew, eh = _encoder_resize(w, h, self.tile)
         resized = resized.resize((int(ew), int(eh)), resample)
         rows, cols = int(eh) // self.tile, int(ew) // self.tile
         if rows * cols == 1:
-            return np.asarray(resized)[None]
+            return np.array(resized)[None]
         out = np.empty((rows * cols + 1, self.tile, self.tile, 3), np.uint8)
         grid_tiles(np.asarray(resized), rows, cols, out[:-1])
         out[-1] = np.asarray(resized.resize(side, resample))
