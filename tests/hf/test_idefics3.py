@@ -97,3 +97,20 @@ def test_vlm_trainer_trains_it(tiny, tmp_path):
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert trainer.state.global_step == 4 and len(losses) == 4 and all(math.isfinite(x) for x in losses)
+
+
+def test_bucket_rows_take_the_same_tiles(tiny):
+    """Bucket-mode packs ([B, L] rows, 2-D mask): the tiles of every row in one [1, N, ...] block (the model
+    flattens batch and image axes) give the loss of the samples run alone."""
+    _, folder, spec, refs = tiny
+    adapter = make_adapter(spec, "sdpa")
+    host = adapter(reference_pack(refs, spec.image_policy(), spec.image_token_id, mode="bucket"))
+    take_meta(host)
+    inputs = adapter.finalize(host)
+    assert inputs["input_ids"].shape[0] == len(refs) and inputs["pixel_values"].shape[0] == 1
+    model = tiny_model(folder)
+    count = label_count(refs)
+    rows_loss, rows_grads = run_packed(model, inputs, count)
+    alone_loss, alone_grads = run_one_by_one(model, refs, count)
+    assert abs(rows_loss - alone_loss) <= TOL * max(1.0, abs(alone_loss))
+    assert_grads_close(rows_grads, alone_grads, rel=TOL)
