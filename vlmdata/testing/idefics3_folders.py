@@ -82,10 +82,13 @@ def _from_qwen2(cache: Path, family: str, bos: str, tile: int, longest: int, seq
     out = cache / f"{family}-{tile}-{longest}"
     if (out / "config.json").exists():
         return out
+    from tokenizers import Tokenizer
+
     extra = (bos,) if bos == "<|begin_of_text|>" else ()
     tokenizer = _tokenizer_json(qwen2_vl_folder(cache), extra)
+    vocab = Tokenizer.from_str(tokenizer).get_vocab_size(with_added_tokens=True)
     return write_idefics3_folder(out, family, tokenizer, bos=bos, tile=tile, longest=longest, seq_len=seq_len,
-                                 vision=vision, scale=scale)
+                                 vision=vision, scale=scale, text={"model_type": "llama", "vocab_size": vocab})
 
 
 def idefics3_folder(cache: Path | None = None, *, tile: int = 364, longest: int = 4 * 364) -> Path:

@@ -117,19 +117,31 @@ def _check_runs(folder, family: str, n: int, seed: int) -> None:
     proc = processor_of(folder, family)
     pol = load_family(str(folder)).vision.image_policy()
     w, h = random_sizes(n, seed=seed)
-    longest = pol.longest_edge
-    w, h = np.minimum(w, 3 * longest), np.minimum(h, 3 * longest)
+    cap = min(3 * pol.longest_edge, 3000)
+    w, h = np.minimum(w, cap), np.minimum(h, cap)
     counts, runs = processor_tokens(proc, list(zip(w.tolist(), h.tolist())), seed=seed)
     assert counts == pol.tokens(w, h).tolist()
     for a, b, run in zip(w, h, runs):
         assert np.array_equal(pol.expansion(int(a), int(b)), run), (a, b)
-    assert len({len(r) for r in runs}) > (3 if pol.split else 0)
+    assert len({len(r) for r in runs}) > (min(3, n // 2) if pol.split else 0)
 
 
 @pytest.mark.parametrize("family,tile,longest,n", [("idefics3", 364, 1456, 40), ("idefics3", 48, 192, 120),
-                                                   ("idefics3", 30, 150, 120), ("smolvlm", 512, 2048, 40)])
+                                                   ("idefics3", 30, 150, 120), ("smolvlm", 512, 2048, 40),
+                                                   ("idefics3", 1024, 5120, 4)])
 def test_the_run_equals_the_processors_on_processed_images(family, tile, longest, n):
     _check_runs(_folder(family, tile=tile, longest=longest), family, n, seed=tile)
+
+
+def test_counts_past_the_4096_px_cap_equal_the_processors():
+    """A longest_edge past transformers' 4096 px bound: the first resize is capped (10^4 sizes)."""
+    folder = _folder("idefics3", tile=1024, longest=5120)
+    proc = processor_of(folder, "idefics3")
+    pol = load_family(str(folder)).vision.image_policy()
+    w, h = random_sizes(10_000, seed=8)
+    want = proc._get_num_multimodal_tokens(image_sizes=list(zip(h.tolist(), w.tolist())))["num_image_tokens"]
+    assert np.array_equal(pol.tokens(w, h), np.asarray(want))
+    assert int(pol.tiles(5000, 5000)) == 4 * 4 + 1                   # 5120 capped to 4096: 4 x 4 tiles
 
 
 def test_without_image_splitting_each_image_is_its_global_tile(tmp_path):
