@@ -12,8 +12,10 @@ boundaries, pixels normalised on the model's device) and the model's base
 network, then the LM head on the label positions only (no [T, vocab] logits
 for the other tokens), like TinyVLM.
 
-Two DDP details: a pack without images runs a one-patch black image through
-the vision tower and adds it times zero, so every rank's graph uses the same
+Two DDP details: a pack without images runs a one-patch black image (a tiled
+family, e.g. Idefics3: one tile-sized black image, laid out by its own image
+policy and adapter) through the vision tower and adds it times zero, so every
+rank's graph uses the same
 parameters; and parameters the model's forward never uses (LLaVA drops the
 CLIP tower's last layer and post-layernorm by taking layer -2's features) are
 found once with a dry run and frozen, since DDP expects a gradient for every
@@ -21,6 +23,7 @@ trainable parameter.
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from dataclasses import dataclass, field, replace
@@ -112,7 +115,13 @@ class HFPackedModel(nn.Module):
         """0 x (vision features of a black one-token image): keeps the vision tower in the graph."""
         spec, dev = self.spec, like.device
         inner = self.model.model
-        if spec.is_qwen:
+        if spec.policy is not None:                  # a tiled family: the probe's tiles, in the adapter's keys
+            host = self.adapter(self._probe_pack())
+            take_meta(host)
+            inputs = self.adapter.finalize(host, device=dev, dtype=like.dtype)
+            takes = inspect.signature(inner.get_image_features).parameters
+            out = inner.get_image_features(**{k: v for k, v in inputs.items() if k in takes and k != "input_ids"})
+        elif spec.is_qwen:
             m = spec.merge_size
             rows = torch.zeros(m * m, 3 * spec.patch_size ** 2, dtype=torch.uint8, device=dev)
             out = inner.get_image_features(self.adapter.normalise(rows, like.dtype),
@@ -167,6 +176,20 @@ class HFPackedModel(nn.Module):
     def _probe_pack(self) -> dict:
         """A one-sample pack with one smallest image and a few text tokens (for the dry run)."""
         spec = self.spec
+        if spec.policy is not None:                  # a tiled family: one tile-sized image, its structured run
+            policy = spec.image_policy()
+            side = policy.tile
+            run = torch.from_numpy(policy.expansion(side, side).copy())
+            n = int(policy.tiles(side, side))
+            images = {"pixel_values": torch.zeros(n, 3, side, side, dtype=torch.uint8),
+                      "image_tiles": torch.tensor([n], dtype=torch.int32),
+                      "image_sizes": torch.tensor([[side, side]], dtype=torch.int32)}
+            ids = torch.cat([torch.zeros(1, dtype=torch.int64), run, torch.zeros(3, dtype=torch.int64)])
+            labels = ids.clone()
+            labels[: 1 + len(run)] = IGNORE
+            total = len(ids)
+            return {"input_ids": ids, "labels": labels, "position_ids": torch.arange(total),
+                    "cu_seqlens": torch.tensor([0, total], dtype=torch.int32), "max_seqlen": total, **images}
         if spec.is_qwen:
             m = spec.merge_size
             pixels = torch.zeros(m * m, 3 * spec.patch_size ** 2, dtype=torch.uint8)

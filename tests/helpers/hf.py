@@ -328,18 +328,27 @@ def llava_text(conv: Conversation) -> str:
     return "<s> " + " ".join(parts)
 
 
+def idefics3_text(conv: Conversation) -> str:
+    """Idefics3 / SmolVLM turns on the word tokenizer: each closed by <end_of_utterance>."""
+    return " ".join(f"{'USER:' if role == 'user' else 'ASSISTANT:'} {text}<end_of_utterance>"
+                    for role, text in conv.turns)
+
+
+TEXTS = {"llava": llava_text, "internvl": internvl_text, "idefics3": idefics3_text, "smolvlm": idefics3_text}
+CLOSERS = {"llava": ("ASSISTANT:", "</s>"), "idefics3": ("ASSISTANT:", "<end_of_utterance>"),
+           "smolvlm": ("ASSISTANT:", "<end_of_utterance>")}
+
+
 def assistant_labels(ids: np.ndarray, tokenizer, family: str) -> np.ndarray:
     """Labels: each assistant reply and the token that closes it; -100 elsewhere (and at position 0)."""
-    if family == "llava":
-        start, end = tokenizer.convert_tokens_to_ids(["ASSISTANT:", "</s>"])
-    else:
-        start, end = tokenizer.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])
+    chatml = family not in CLOSERS
+    start, end = tokenizer.convert_tokens_to_ids(list(CLOSERS.get(family, ("<|im_start|>", "<|im_end|>"))))
     assistant = tokenizer.convert_tokens_to_ids("assistant")
     labels = np.full(len(ids), -100, np.int64)
     i, n = 0, len(ids)
     while i < n:
-        if ids[i] == start and (family == "llava" or (i + 1 < n and ids[i + 1] == assistant)):
-            j = i + (1 if family == "llava" else 2)          # after "ASSISTANT:" / "<|im_start|> assistant"
+        if ids[i] == start and (not chatml or (i + 1 < n and ids[i + 1] == assistant)):
+            j = i + (2 if chatml else 1)                     # after "ASSISTANT:" / "<|im_start|> assistant"
             while j < n:
                 labels[j] = ids[j]
                 if ids[j] == end:
@@ -364,20 +373,23 @@ class Reference:
     sizes: list[tuple[int, int]]
 
 
-def references(convs: list[Conversation], processor, family: str, policy, exact: bool = False) -> list[Reference]:
+def references(convs: list[Conversation], processor, family: str, policy, exact: bool = False,
+               resample: int = 3) -> list[Reference]:
     """Per conversation: the processor's tensors and vlmdata's decoded images. `exact`: vlmdata decodes with
     the processor-exact decoder and the processor gets the original images (as `load_image` opens them), so
     pixels are compared from the files; else the processor gets vlmdata's (fast) decoded images, already at
-    the policy's size (how a fixed policy other than the processor's own is checked)."""
+    the policy's size (how a fixed policy other than the processor's own is checked). `resample`: the exact
+    decoder's filter (the folder's)."""
     from transformers.image_utils import load_image
 
     from vlmdata.decode import make_decoder
 
-    decoder = make_decoder("pillow", pixels="exact", crop=family == "llava") if exact else make_decoder("pillow")
+    decoder = (make_decoder("pillow", pixels="exact", crop=family == "llava", resample=resample) if exact
+               else make_decoder("pillow"))
     out = []
     for conv in convs:
         decoded = decoder.decode(conv.images, conv.sizes, policy) if conv.images else []
-        text = {"llava": llava_text, "internvl": internvl_text}.get(family, qwen_text)(conv)
+        text = TEXTS.get(family, qwen_text)(conv)
         if exact:
             pil = [load_image(Image.open(io.BytesIO(b))) for b in conv.images] or None
         else:

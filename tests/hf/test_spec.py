@@ -78,8 +78,8 @@ def test_bad_folders(tmp_path):
     _edit(tmp_path, "preprocessor_config.json", merge_size=4)
     with pytest.raises(ConfigError, match="disagree on merge_size"):
         ModelSpec.from_folder(str(tmp_path))
-    _edit(tmp_path, "config.json", model_type="idefics3")
-    with pytest.raises(ConfigError, match="idefics3.*no vlmdata output adapter"):
+    _edit(tmp_path, "config.json", model_type="mllama")
+    with pytest.raises(ConfigError, match="mllama.*no vlmdata output adapter"):
         ModelSpec.from_folder(str(tmp_path))
     llava = tmp_path / "llava"
     write_llava_folder(str(llava))

@@ -40,6 +40,11 @@ and per-layer-type masks `{"full_attention", "sliding_attention"}` for sdpa/eage
 InternVL (`InternVLAdapter`, a tiled family) gets LLaVA's keys with `pixel_values` [tiles, 3, S, S]:
 each image's tiles in processor order, normalised with its mean/std.
 
+
+Idefics3 / SmolVLM (`Idefics3Adapter`): `pixel_values` [1, N tiles, 3, S, S] normalised,
+`pixel_attention_mask` bool [1, N, S, S], `position_ids` [1, T] restarting per sample, the boundaries
+as above.
+
 Packs without images carry no image keys (the model then runs text only).
 Bucket-mode packs ([B, L] rows padded to the longest, with a 2-D
 `attention_mask`) keep the padded layout: the model's own padded path applies,
@@ -63,7 +68,7 @@ from vlmdata.hf.mrope import mrope_position_ids
 from vlmdata.hf.pixels import clip_pixels, fixed_to_patches, qwen_patches
 from vlmdata.hf.spec import ModelSpec
 
-__all__ = ["META_KEY", "HFBatchAdapter", "InternVLAdapter", "LlavaAdapter", "ProcessorAdapter", "Qwen3VLAdapter",
+__all__ = ["META_KEY", "HFBatchAdapter", "Idefics3Adapter", "InternVLAdapter", "LlavaAdapter", "ProcessorAdapter", "Qwen3VLAdapter",
            "QwenVLAdapter", "TiledAdapter", "make_adapter", "take_meta", "text_attention"]
 
 META_KEY = "vlmdata"
@@ -316,6 +321,27 @@ class InternVLAdapter(TiledAdapter):
     family = ("internvl",)
 
 
+class Idefics3Adapter(TiledAdapter):
+    """Idefics3 and SmolVLM: the tiles (each image's row-major tiles, then its global image) as
+    `pixel_values` [1, N, 3, S, S] and `pixel_attention_mask` [1, N, S, S], all true (every tile is a full
+    S x S crop: the processor's batch padding never pads one). The model flattens batch and image axes, so
+    one row of N tiles serves a pack of many samples; the image features fill the `<image>` tokens in order."""
+
+    family = ("idefics3", "smolvlm")
+
+    def normalise(self, pixels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return super().normalise(pixels, dtype).unsqueeze(0)
+
+    def finalize(self, batch: dict, device: torch.device | str | None = None,
+                 dtype: torch.dtype = torch.float32) -> dict:
+        inputs = super().finalize(batch, device, dtype)
+        pixels = inputs.get("pixel_values")
+        if pixels is not None:
+            n, side = pixels.shape[1], pixels.shape[-1]
+            inputs["pixel_attention_mask"] = torch.ones((1, n, side, side), dtype=torch.bool, device=pixels.device)
+        return inputs
+
+
 def make_adapter(spec: ModelSpec, attn_implementation: str = "sdpa") -> HFBatchAdapter:
     """The adapter of `spec`'s family."""
     if spec.family in FAMILY_ADAPTERS:          # a family's own module (it imports this one: found by name)
@@ -323,6 +349,8 @@ def make_adapter(spec: ModelSpec, attn_implementation: str = "sdpa") -> HFBatchA
         return getattr(importlib.import_module(module), name)(spec, attn_implementation)
     if spec.family == "internvl":
         return InternVLAdapter(spec, attn_implementation)
+    if spec.family in Idefics3Adapter.family:
+        return Idefics3Adapter(spec, attn_implementation)
     cls = Qwen3VLAdapter if spec.family == "qwen3-vl" else QwenVLAdapter if spec.is_qwen else LlavaAdapter
     if spec.family == "generic":
         cls = ProcessorAdapter

@@ -64,7 +64,8 @@ def _model_class(family: str):
     names = {"qwen2-vl": "Qwen2VLForConditionalGeneration", "qwen2.5-vl": "Qwen2_5_VLForConditionalGeneration",
              "qwen3-vl": "Qwen3VLForConditionalGeneration", "llava": "LlavaForConditionalGeneration",
              "gemma3": "Gemma3ForConditionalGeneration", "internvl": "InternVLForConditionalGeneration",
-             "generic": "AutoModelForImageTextToText"}
+             "generic": "AutoModelForImageTextToText",
+             "idefics3": "Idefics3ForConditionalGeneration", "smolvlm": "SmolVLMForConditionalGeneration"}
     return getattr(transformers, names[family])
 
 

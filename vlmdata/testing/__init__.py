@@ -17,4 +17,6 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "llava_next_folder": "generic_folders", "aya_vision_folder": "generic_folders",
     "gemma3_folder": "gemma3_model_folder", "GEMMA3_CHAT_TEMPLATE": "gemma3_model_folder",
     "internvl_folder": "internvl_folders", "INTERNVL_CHAT_TEMPLATE": "internvl_folders",
+    "idefics3_folder": "idefics3_folders", "smolvlm_folder": "idefics3_folders",
+    "write_idefics3_folder": "idefics3_folders", "IDEFICS3_SPECIALS": "idefics3_folders",
 })
