@@ -8,11 +8,17 @@ as in transformers). Trained: each assistant reply and the `<|im_end|>` closing 
 Qwen3-VL differs only in its vision constants: patch 16 and mean/std 0.5 (its
 processor is transformers' Qwen2VLImageProcessor with those numbers), which the
 folder's preprocessor_config.json states; the family's defaults apply without it.
+
+Videos (Qwen2-VL and Qwen2.5-VL): the template writes `<|vision_start|><|video_pad|><|vision_end|>`
+per video item, one `<|video_pad|>` expanded at load time by the video policy
+(`video.policy.VideoPolicy`), read from the folder's video_preprocessor_config.json (or the
+`video_processor` entry of processor_config.json), else Qwen2-VL's video processor defaults.
 """
 from __future__ import annotations
 
 from vlmdata.text.families.base import ModelFamily, VisionSpec
 from vlmdata.text.model_folder import ModelFolder
+from vlmdata.video.policy import QWEN2_VL_VIDEO, VideoPolicy
 
 __all__ = ["Qwen2VLFamily", "Qwen25VLFamily", "Qwen3VLFamily"]
 
@@ -32,6 +38,34 @@ class Qwen2VLFamily(ModelFamily):
     default_patch = 14
     default_mean = CLIP_MEAN
     default_std = CLIP_STD
+    encodes_video = True
+
+    @property
+    def video_token_id(self) -> int:
+        return self.token_id("<|video_pad|>")
+
+    def video_config(self) -> dict:
+        """The folder's video processor settings ({} when it ships none)."""
+        found = self.folder.read_json("video_preprocessor_config.json")
+        nested = self.folder.processor.get("video_processor")
+        return found or (nested if isinstance(nested, dict) else {})
+
+    def video_policy(self, patch: int, merge: int) -> dict:
+        """The video policy dict: the folder's video processor settings over Qwen2-VL's defaults."""
+        vp = self.video_config()
+        size = vp.get("size") if isinstance(vp.get("size"), dict) else {}
+        d = QWEN2_VL_VIDEO
+        return VideoPolicy(
+            fps=float(vp.get("fps") or d["fps"]), min_frames=int(vp.get("min_frames") or d["min_frames"]),
+            max_frames=int(vp.get("max_frames") or d["max_frames"]),
+            temporal_patch=int(vp.get("temporal_patch_size") or d["temporal_patch"]),
+            patch=int(vp.get("patch_size") or patch), merge=int(vp.get("merge_size") or merge),
+            min_pixels=int(vp.get("min_pixels") or size.get("shortest_edge") or d["min_pixels"]),
+            max_pixels=int(vp.get("max_pixels") or size.get("longest_edge") or d["max_pixels"]),
+            resample=int(vp.get("resample", 3))).to_dict()
+
+    def document_video_text(self) -> str:
+        return "<|vision_start|><|video_pad|><|vision_end|>"
 
     @classmethod
     def matches(cls, folder: ModelFolder) -> bool:
@@ -58,7 +92,8 @@ class Qwen2VLFamily(ModelFamily):
             image_mean=tuple(pp.get("image_mean", self.default_mean)),
             image_std=tuple(pp.get("image_std", self.default_std)),
             min_pixels=min_px, max_pixels=max_px, image_size=None, resample=int(pp.get("resample", 3)),
-            policy={"kind": "dynamic", "patch": patch, "merge": merge, "min_pixels": min_px, "max_pixels": max_px})
+            policy={"kind": "dynamic", "patch": patch, "merge": merge, "min_pixels": min_px, "max_pixels": max_px},
+            video_policy=self.video_policy(patch, merge) if self.encodes_video else None)
 
     def document_image_text(self) -> str:
         return "<|vision_start|><|image_pad|><|vision_end|>"
@@ -84,3 +119,4 @@ class Qwen3VLFamily(Qwen2VLFamily):
     default_patch = 16
     default_mean = (0.5, 0.5, 0.5)
     default_std = (0.5, 0.5, 0.5)
+    encodes_video = False        # its text timestamps per temporal patch are not built yet (issue 22)
