@@ -58,6 +58,8 @@ class VisionSpec:
     resample: int
     policy: dict
     video_policy: dict | None = None     # a family that lays out videos: `video.policy.make_video_policy` input
+    video_token_id: int | None = None    # ... and the token it writes once per video
+    tokens_per_second: float | None = None   # Qwen2.5-VL's M-RoPE time scale (its config.json)
 
     def image_policy(self):
         """The `FixedPolicy` / `DynamicPolicy` that expands this family's image tokens."""

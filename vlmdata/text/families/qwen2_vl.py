@@ -64,6 +64,10 @@ class Qwen2VLFamily(ModelFamily):
             max_pixels=int(vp.get("max_pixels") or size.get("longest_edge") or d["max_pixels"]),
             resample=int(vp.get("resample", 3))).to_dict()
 
+    def tokens_per_second(self, vision_cfg: dict) -> float | None:
+        """Qwen2.5-VL's temporal M-RoPE scale (None: Qwen2-VL numbers a video's temporal patches 0, 1, ...)."""
+        return None
+
     def document_video_text(self) -> str:
         return "<|vision_start|><|video_pad|><|vision_end|>"
 
@@ -93,7 +97,9 @@ class Qwen2VLFamily(ModelFamily):
             image_std=tuple(pp.get("image_std", self.default_std)),
             min_pixels=min_px, max_pixels=max_px, image_size=None, resample=int(pp.get("resample", 3)),
             policy={"kind": "dynamic", "patch": patch, "merge": merge, "min_pixels": min_px, "max_pixels": max_px},
-            video_policy=self.video_policy(patch, merge) if self.encodes_video else None)
+            video_policy=self.video_policy(patch, merge) if self.encodes_video else None,
+            video_token_id=self.video_token_id if self.encodes_video else None,
+            tokens_per_second=self.tokens_per_second(vision_cfg))
 
     def document_image_text(self) -> str:
         return "<|vision_start|><|image_pad|><|vision_end|>"
@@ -108,6 +114,9 @@ class Qwen25VLFamily(Qwen2VLFamily):
     name = "qwen2_5_vl"
     model_types = ("qwen2_5_vl",)
     processors = ("Qwen2_5_VLProcessor",)
+
+    def tokens_per_second(self, vision_cfg: dict) -> float | None:
+        return float(vision_cfg.get("tokens_per_second", 4))      # Qwen2_5_VLVisionConfig's default
 
 
 class Qwen3VLFamily(Qwen2VLFamily):
