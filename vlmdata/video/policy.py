@@ -4,8 +4,10 @@ The rule is transformers' `Qwen2VLVideoProcessor` (shared by Qwen2.5-VL) with fr
 
 - frames: n = floor(min(max(frames / fps * target_fps, min_frames), M, frames) / tp) * tp with
   M = floor(min(max_frames, frames) / tp) * tp; indices = `torch.arange(0, frames, frames / n).int()`
-  (float32 values of i * step, truncated). A clip with fewer than `tp` frames (where transformers
-  divides by zero) takes all its frames;
+  (the same torch call; for some lengths, e.g. 2386 frames at 8 fps, its float32 steps add an n+1-th
+  index equal to `frames`, past the last frame, which transformers' frame readers then fail on or
+  misread: the policy drops it and keeps the n frames its count says). A clip with fewer than `tp`
+  frames (where transformers divides by zero) takes all its frames;
 - frame size: `smart_resize` with the video bounds (`size.shortest_edge` / `longest_edge`) and factor
   patch * merge, from the stored (coded) width and height, as the processor sees frames (no rotation:
   transformers' PyAV reader does not apply the display matrix either);
@@ -80,11 +82,11 @@ class VideoPolicy:
 
     def frame_indices(self, frames: int, fps: float) -> np.ndarray:
         """The positions (presentation order) of the frames a clip takes, as the processor picks them."""
+        import torch
+
         n = int(self.num_frames(frames, fps))
-        step = frames / n
-        count = int(np.ceil(frames / step))              # torch.arange's length, from double arithmetic
-        values = (np.arange(count, dtype=np.float64) * step).astype(np.float32)   # float32 values, as torch's
-        return np.minimum(values.astype(np.int64), frames - 1)
+        picked = torch.arange(0, frames, frames / n).int().numpy().astype(np.int64)   # the processor's own op
+        return picked[picked < frames]            # its float32 steps can add an index `frames`, past the end
 
     def frame_size(self, width, height) -> tuple[np.ndarray, np.ndarray]:
         """(width, height) each frame is resized to: smart_resize with the video bounds (vectorised)."""
