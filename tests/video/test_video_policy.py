@@ -115,3 +115,20 @@ def test_the_family_reads_the_folders_video_processor_config(tmp_path):
         {"fps": 1.0, "min_frames": 2, "max_frames": 32, "size": {"shortest_edge": 3136, "longest_edge": 50176}}))
     got = make_video_policy(load_family(str(folder)).vision.video_policy)
     assert got == VideoPolicy(fps=1.0, min_frames=2, max_frames=32, min_pixels=3136, max_pixels=50176)
+
+
+def test_frames_are_resized_as_torchs_uint8_antialiased_bicubic():
+    """The processor resizes frame tensors with torchvision, which calls torch's antialiased bicubic
+    interpolation; on uint8 frames that equals the policy's Pillow bicubic bit for bit (noise, up and down)."""
+    import torch.nn.functional as F
+
+    rng = np.random.default_rng(3)
+    p = VideoPolicy(min_pixels=56 * 56, max_pixels=224 * 224)
+    for w, h in ((96, 64), (640, 360), (333, 517)):
+        frames = list(rng.integers(0, 256, (3, h, w, 3), dtype=np.uint8))
+        tw, th = (int(x) for x in p.frame_size(w, h))
+        t = torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2)
+        resized = F.interpolate(t, size=(th, tw), mode="bicubic", antialias=True).permute(0, 2, 3, 1).numpy()
+        got = p.layout(frames, 1.0)
+        assert np.array_equal(got.rows, flatten_video(list(resized), 14, 2, 2)), (w, h)
+        assert got.grid == (2, th // 14, tw // 14)

@@ -46,8 +46,9 @@ def _cumsum0(x: np.ndarray) -> np.ndarray:
 
 
 def _fast_pack(records: list, images: list[list], cfg: CollateConfig, stats: StatsDelta,
-               videos: list[list]) -> PackedBatch | None:
+               videos: list[list] | None = None) -> PackedBatch | None:
     """The whole pack at once, or None when a sample needs the per-sample path."""
+    videos = videos if videos is not None else [[] for _ in records]
     toks = [r.tokens for r in records]
     lens = np.fromiter((t.shape[1] for t in toks), np.int64, len(toks))
     tok_cu = _cumsum0(lens)
