@@ -170,3 +170,20 @@ def _restamp(root: str, tar: str, index: str) -> None:
     manifest["shards"][0]["crc32"] = crc
     with open(os.path.join(root, "manifest.json"), "w") as f:
         json.dump(manifest, f)
+
+
+def test_max_patches_counts_video_patches(dataset):
+    """A pack's vision patches (image rows + video rows) stay within max_patches: the samples are spread over
+    more packs, and one whose clips alone exceed the budget is dropped (counted), never cut."""
+    ds_path, _ = dataset
+    one_pack = list(VLMDataset(ds_path, max_tokens=4096))
+    total = sum(len(one_pack[0][k]) for k in ("pixel_values", "pixel_values_videos"))
+    budget = total // 3
+    keys, dropped, n_packs = [], 0, 0
+    for b in VLMDataset(ds_path, max_tokens=4096, max_patches=budget):
+        rows = sum(len(b[k]) for k in ("pixel_values", "pixel_values_videos") if k in b)
+        assert rows <= budget
+        keys += b["sample_keys"]
+        dropped += (b["stats"].get("skipped") or {}).get("too_many_images", 0)
+        n_packs += bool(b["sample_keys"])
+    assert n_packs >= 2 and len(keys) + dropped == 6
