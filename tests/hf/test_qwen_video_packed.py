@@ -40,10 +40,12 @@ WRITERS = {"qwen2-vl": _write_qwen2, "qwen2.5-vl": lambda p: write_qwen2_5_folde
 def pack(tmp_path_factory):
     root = tmp_path_factory.mktemp("qvideo-hf")
     folder = qwen_video_folder(qwen_folder_or_skip(), str(root / "qwen2-vl"))
-    batches = list(VLMDataset(shard_corpus(str(root), folder), max_tokens=8192))
+    ds = shard_corpus(str(root), folder)
+    batches = list(VLMDataset(ds, max_tokens=8192))
     assert len(batches) == 1 and len(batches[0]["sample_keys"]) == 6
     b = batches[0]
     assert b["video_grid"].shape[0] == 5 and b["image_grid"].shape[0] == 2
+    b["_root"] = ds            # where it was loaded from (read by the bucket test; dropped before the adapter)
     return b
 
 
@@ -57,7 +59,7 @@ def model_and_spec(request, tmp_path_factory):
 
 def _inputs(spec, pack: dict) -> dict:
     adapter = make_adapter(spec, "sdpa")
-    host = adapter(dict(pack))
+    host = adapter({k: v for k, v in pack.items() if k != "_root"})
     take_meta(host)
     return adapter.finalize(host)
 
@@ -152,3 +154,23 @@ def test_packed_equals_sum_of_samples_and_a_moved_boundary_fails(model_and_spec,
     with torch.no_grad():
         wrong = float(model(**shifted, num_items_in_batch=count).loss)
     assert abs(wrong - alone_loss) > TOL * max(1.0, abs(alone_loss))
+
+
+def test_bucket_rows_get_the_positions_of_their_packed_samples(model_and_spec, pack):
+    """Bucket mode (rows padded to the longest): each row's M-RoPE positions are its packed sample's."""
+    from vlmdata.loading import DatasetOptions
+
+    _, spec = model_and_spec
+    inputs = _inputs(spec, pack)
+    cu = inputs["cu_seq_lens_q"].tolist()
+    packed = {k: inputs["position_ids"][:, 0, a:b] for k, a, b in zip(pack["sample_keys"], cu[:-1], cu[1:])}
+    root = pack["_root"]
+    rows = 0
+    adapter = make_adapter(spec, "sdpa")
+    for b in VLMDataset(root, max_tokens=8192, options=DatasetOptions(mode="bucket")):
+        host = adapter(b)
+        for i, key in enumerate(b["sample_keys"]):
+            n = int(b["lengths"][i])
+            assert torch.equal(host["position_ids"][:, i, :n], packed[key]), key
+            rows += 1
+    assert rows == 6
