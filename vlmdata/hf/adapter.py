@@ -192,7 +192,7 @@ class QwenVLAdapter(HFBatchAdapter):
         """Each video's temporal position step: Qwen2.5-VL's tokens_per_second * second_per_grid_t."""
         if self.spec.family != "qwen2.5-vl" or "second_per_grid_ts" not in host:
             return None
-        tps = self.spec.tokens_per_second if self.spec.tokens_per_second is not None else 4
+        tps = self.spec.tokens_per_second if self.spec.tokens_per_second is not None else 4   # the config default
         return host["second_per_grid_ts"].to(torch.float32) * tps
 
     def still_images(self, pack: dict, pixels: torch.Tensor) -> dict:

@@ -279,7 +279,8 @@ def _qwen_fields(path: str, config: dict, pre: dict, defaults: dict) -> dict:
         "min_pixels": _agree(path, "min_pixels", pre.get("min_pixels"), size.get("shortest_edge")),
         "max_pixels": _agree(path, "max_pixels", pre.get("max_pixels"), size.get("longest_edge")),
         "video_token_id": config.get("video_token_id"),
-        "tokens_per_second": vision.get("tokens_per_second") if config.get("model_type") == "qwen2_5_vl" else None,
+        "tokens_per_second": float(vision.get("tokens_per_second", 4)) if config.get("model_type") == "qwen2_5_vl"
+        else None,                                          # 4: Qwen2_5_VLVisionConfig's default
     }
     defaults = {**_QWEN_DEFAULTS, **defaults}
     for key in _QWEN_DEFAULTS:
