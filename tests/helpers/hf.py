@@ -184,18 +184,19 @@ def write_qwen3_folder(path: str, processor=None, pixels: tuple[int, int] = QWEN
     return path
 
 
-def write_qwen2_5_folder(path: str, processor=None) -> str:
-    """A tiny Qwen2.5-VL folder: windowed vision attention (one full-attention block), Qwen2-VL's text layout."""
+def write_qwen2_5_folder(path: str, processor=None, ids: list[int] | None = None, vocab_size: int | None = None) -> str:
+    """A tiny Qwen2.5-VL folder: windowed vision attention (one full-attention block), Qwen2-VL's text layout;
+    `ids` (image, vision start, vision end, video) and `vocab_size` default to the processor's tokenizer."""
     import json
 
     from transformers import Qwen2_5_VLConfig
 
     processor = processor or qwen2_5_processor()
     tok = processor.tokenizer
-    ids = tok.convert_tokens_to_ids(["<|image_pad|>", "<|vision_start|>", "<|vision_end|>", "<|video_pad|>"])
+    ids = ids or tok.convert_tokens_to_ids(["<|image_pad|>", "<|vision_start|>", "<|vision_end|>", "<|video_pad|>"])
     os.makedirs(path, exist_ok=True)
     Qwen2_5_VLConfig(
-        text_config=dict(vocab_size=_vocab(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        text_config=dict(vocab_size=vocab_size or _vocab(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
                          rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 10000.0}),
         vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=14,

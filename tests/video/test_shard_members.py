@@ -183,4 +183,4 @@ def test_retokenize_gives_clips_no_tokens_without_a_video_policy(tmp_path, clips
     with_clips = sum(1 for v in samples.values() if v)
     assert result.skipped == {"video_unsupported": with_clips}
     assert result.encoded == len(samples) - with_clips == 1
-    assert "the qwen2_vl model family has no video policy yet" in result.examples["video_unsupported"]["detail"]
+    assert "text views of samples with clips are not built yet" in result.examples["video_unsupported"]["detail"]

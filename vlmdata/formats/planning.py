@@ -10,6 +10,8 @@ The file is what `np.savez` writes, an uncompressed zip of `.npy` members, so
     shard        i4  per sample: its shard            } derivable from the manifest's shard sizes;
     local        i4  per sample: its row in the shard } written for tools that load the file whole,
     image_start  i8  per sample: its first image row  } never read by the planner (optional)
+    video_tokens i4  per sample: the tokens of its clips under the dataset's video policy (only in
+                     datasets with clips; a file without it reads as 0 video tokens everywhere)
 
 At 10^9 samples the file holds tens of GB, so neither side ever holds it whole:
 
@@ -46,6 +48,7 @@ __all__ = ["PLANNING_COLUMNS", "PlanningColumns", "PlanningWriter"]
 
 SAMPLE_COLUMNS = {"text_tokens": np.dtype("<i4"), "n_images": np.dtype("<i2")}
 IMAGE_COLUMNS = {"width": np.dtype("<i4"), "height": np.dtype("<i4")}
+VIDEO_COLUMN = {"video_tokens": np.dtype("<i4")}            # optional, per sample
 DERIVED_COLUMNS = {"shard": np.dtype("<i4"), "local": np.dtype("<i4"), "image_start": np.dtype("<i8")}
 PLANNING_COLUMNS = (*SAMPLE_COLUMNS, *IMAGE_COLUMNS)        # what planning reads
 COPY_CHUNK = 4 << 20                                      # copy buffer of commit()
@@ -60,11 +63,14 @@ class PlanningWriter:
     (the planner does not need them; they add 16 bytes per sample).
     """
 
-    def __init__(self, url: str, storage_options: dict | None = None, fsync: bool = True, derived: bool = True):
+    def __init__(self, url: str, storage_options: dict | None = None, fsync: bool = True, derived: bool = True,
+                 video_policy=None):
         self.url = url
         self.storage_options = storage_options or {}
         self.fsync = fsync
-        self.dtypes = {**SAMPLE_COLUMNS, **IMAGE_COLUMNS, **(DERIVED_COLUMNS if derived else {})}
+        self.video_policy = video_policy              # set: a video_tokens column from each index's clips
+        self.dtypes = {**SAMPLE_COLUMNS, **IMAGE_COLUMNS, **(DERIVED_COLUMNS if derived else {}),
+                       **(VIDEO_COLUMN if video_policy is not None else {})}
         self._dir = tempfile.mkdtemp(prefix="vlmdata-planning-")
         self._files = {name: open(os.path.join(self._dir, name), "wb") for name in self.dtypes}
         self.shards = 0
@@ -76,7 +82,7 @@ class PlanningWriter:
         self.add_shards([len(text_tokens)], text_tokens, n_images, width, height)
 
     def add_shards(self, samples_per_shard, text_tokens: np.ndarray, n_images: np.ndarray, width: np.ndarray,
-                   height: np.ndarray) -> None:
+                   height: np.ndarray, video_tokens: np.ndarray | None = None) -> None:
         """Append consecutive shards at once: their columns concatenated, `samples_per_shard` splitting them."""
         counts = np.asarray(samples_per_shard, dtype=np.int64)
         n, m = len(text_tokens), len(width)
@@ -85,6 +91,8 @@ class PlanningWriter:
                              f"{len(n_images)} image counts ({int(np.sum(n_images))} images), {m} widths and "
                              f"{len(height)} heights")
         cols = {"text_tokens": text_tokens, "n_images": n_images, "width": width, "height": height}
+        if "video_tokens" in self.dtypes:
+            cols["video_tokens"] = np.zeros(n, np.int32) if video_tokens is None else video_tokens
         if "shard" in self.dtypes:
             n_img = np.asarray(n_images, dtype=np.int64)
             first = np.repeat(np.cumsum(counts) - counts, counts)
@@ -99,7 +107,12 @@ class PlanningWriter:
 
     def add_index(self, index) -> None:
         """Append a shard's columns from its SampleIndex."""
-        self.add_shard(index.text_tokens, index.n_images, index.width, index.height)
+        video = None
+        if self.video_policy is not None:
+            from vlmdata.video.policy import sample_video_tokens
+
+            video = sample_video_tokens(index.videos, self.video_policy)
+        self.add_shards([len(index.text_tokens)], index.text_tokens, index.n_images, index.width, index.height, video)
 
     def commit(self) -> None:
         """Write the zip (members in a fixed order) and publish it under the final name."""
@@ -187,6 +200,9 @@ class PlanningColumns:
             if missing:
                 raise ValueError(f"{file_url} lacks columns {missing}: re-run `vlmdata index` on the dataset")
             self.members.update({c: found[c] for c in wanted})
+            if file_url == url and "video_tokens" in found:       # optional: a dataset with clips
+                self.files["video_tokens"] = url
+                self.members["video_tokens"] = found["video_tokens"]
         for name in PLANNING_COLUMNS:
             expected = int(self.sample_start[-1] if name in SAMPLE_COLUMNS else self.image_start[-1])
             got = self.members[name].length
@@ -301,20 +317,21 @@ class PlanningColumns:
     def read_shards(self, shards) -> dict[str, np.ndarray]:
         """The planning columns of these shards' samples, shard after shard in the given order.
 
-        Returns text_tokens (i4), n_images (i2), width, height (i4) and
-        image_start (i8, into the returned width/height).
+        Returns text_tokens (i4), n_images (i2), width, height (i4),
+        image_start (i8, into the returned width/height) and, in a dataset with clips, video_tokens (i4).
         """
         shards = np.asarray(shards, dtype=np.int64)
         s_ranges = [(int(self.sample_start[s]), int(self.sample_start[s + 1])) for s in shards.tolist()]
         i_ranges = [(int(self.image_start[s]), int(self.image_start[s + 1])) for s in shards.tolist()]
-        parts = self._columns({**{name: s_ranges for name in SAMPLE_COLUMNS},
+        per_sample = {**SAMPLE_COLUMNS, **({} if "video_tokens" not in self.members else VIDEO_COLUMN)}
+        parts = self._columns({**{name: s_ranges for name in per_sample},
                                **{name: i_ranges for name in IMAGE_COLUMNS}})
         for s, n_img, (a, b) in zip(shards.tolist(), parts["n_images"], i_ranges):
             if int(n_img.sum(dtype=np.int64)) != b - a:
                 raise ValueError(f"{self.url}: shard {s} holds {int(n_img.sum())} images by its n_images column but "
                                  f"{b - a} by the manifest; the planning file belongs to another version of the dataset")
         out = {name: (np.concatenate(p) if p else np.zeros(0, dt))
-               for name, dt, p in [(n, d, parts[n]) for n, d in {**SAMPLE_COLUMNS, **IMAGE_COLUMNS}.items()]}
+               for name, dt, p in [(n, d, parts[n]) for n, d in {**per_sample, **IMAGE_COLUMNS}.items()]}
         n_img = out["n_images"].astype(np.int64)
         out["image_start"] = np.cumsum(n_img) - n_img
         return out

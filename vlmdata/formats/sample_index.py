@@ -180,11 +180,12 @@ class IndexBuilder:
         return idx
 
 
-def concat_planning_columns(indices: list[SampleIndex]) -> dict[str, np.ndarray]:
+def concat_planning_columns(indices: list[SampleIndex], video_policy=None) -> dict[str, np.ndarray]:
     """Merge the columns the planner needs across shards (keys and offsets left out).
 
     Returns shard (i4), local (i4, sample number inside its shard),
-    text_tokens, n_images, image_start (into the merged image arrays), width, height.
+    text_tokens, n_images, image_start (into the merged image arrays), width, height; with a
+    `video_policy` (`video.policy.VideoPolicy`) also video_tokens (i4): the tokens of each sample's clips.
     """
     shard = np.concatenate([np.full(len(ix), s, np.int32) for s, ix in enumerate(indices)]) if indices else np.zeros(0, np.int32)
     local = np.concatenate([np.arange(len(ix), dtype=np.int32) for ix in indices]) if indices else np.zeros(0, np.int32)
@@ -193,5 +194,11 @@ def concat_planning_columns(indices: list[SampleIndex]) -> dict[str, np.ndarray]
     width = np.concatenate([ix.width for ix in indices]) if indices else np.zeros(0, np.int32)
     height = np.concatenate([ix.height for ix in indices]) if indices else np.zeros(0, np.int32)
     image_start = np.concatenate([[0], np.cumsum(n_images, dtype=np.int64)[:-1]]) if len(n_images) else np.zeros(0, np.int64)
-    return {"shard": shard, "local": local, "text_tokens": text_tokens, "n_images": n_images,
+    cols = {"shard": shard, "local": local, "text_tokens": text_tokens, "n_images": n_images,
             "image_start": image_start.astype(np.int64), "width": width, "height": height}
+    if video_policy is not None:
+        from vlmdata.video.policy import sample_video_tokens
+
+        parts = [sample_video_tokens(ix.videos, video_policy) for ix in indices]
+        cols["video_tokens"] = (np.concatenate(parts) if parts else np.zeros(0)).astype(np.int32)
+    return cols

@@ -28,6 +28,9 @@ What reaches `forward` (pack mode; B = 1, T tokens, N patches, n images):
 | `position_ids` | int64 [3, 1, T] (M-RoPE, per sample) | int64 [1, T] (restart per sample) |
 | `pixel_values` | [N, 3*t*p*p] normalised (processor layout) | [n, 3, S, S] normalised |
 | `image_grid_thw` | int64 [n, 3] | — |
+| `pixel_values_videos` | Qwen2-VL / 2.5-VL: [V, 3*t*p*p] normalised, clip after clip | — |
+| `video_grid_thw` | int64 [v, 3] | — |
+| `second_per_grid_ts` | Qwen2.5-VL: float32 [v] | — |
 | `cu_seq_lens_q/k`, `max_length_q/k` | int32 [n+1], int | int32 [n+1], int |
 | `attention_mask` | [1, 1, T, T] for sdpa/eager | [1, 1, T, T] for sdpa/eager |
 
@@ -65,7 +68,7 @@ from vlmdata.decode.tiling.processor import PROCESSOR_PREFIX
 from vlmdata.errors import AdapterError
 from vlmdata.hf.boundaries import MASKED, attention_kind, block_causal_mask, flash_kwargs
 from vlmdata.hf.mrope import mrope_position_ids
-from vlmdata.hf.pixels import clip_pixels, fixed_to_patches, qwen_patches
+from vlmdata.hf.pixels import clip_pixels, fixed_to_patches, qwen_patches, video_patches
 from vlmdata.hf.spec import ModelSpec
 
 __all__ = ["META_KEY", "HFBatchAdapter", "Idefics3Adapter", "InternVLAdapter", "LlavaAdapter", "ProcessorAdapter", "Qwen3VLAdapter",
@@ -182,14 +185,42 @@ class HFBatchAdapter:
 
 
 class QwenVLAdapter(HFBatchAdapter):
-    """Qwen2-VL and Qwen2.5-VL: flattened patches + image_grid_thw, 3-D M-RoPE positions."""
+    """Qwen2-VL and Qwen2.5-VL: flattened patches + image_grid_thw, videos' patches + video_grid_thw
+    (+ second_per_grid_ts for Qwen2.5-VL), 3-D M-RoPE positions with time."""
 
     family = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
 
     def images(self, pack: dict) -> dict:
+        out = self.videos(pack)
         pixels = pack.get("pixel_values")
         if pixels is None or pixels.shape[0] == 0:
+            return out
+        return {**self.still_images(pack, pixels), **out}
+
+    def videos(self, pack: dict) -> dict:
+        """The video keys (uint8 rows, grids, Qwen2.5-VL's seconds per temporal patch), {} without clips."""
+        rows = pack.get("pixel_values_videos")
+        if rows is None or rows.shape[0] == 0:
             return {}
+        if self.spec.video_token_id is None:
+            raise AdapterError(f"the pack holds videos but the {self.spec.family} spec names no video_token_id")
+        grid = pack["video_grid"].to(torch.int64).reshape(-1, 3)
+        if int(grid.prod(dim=1).sum()) != rows.shape[0]:
+            raise AdapterError(f"video_grid gives {int(grid.prod(dim=1).sum())} patches but the pack has "
+                               f"{rows.shape[0]}")
+        out = {"pixel_values_videos": rows, "video_grid_thw": grid}
+        if self.spec.family == "qwen2.5-vl":
+            out["second_per_grid_ts"] = pack["second_per_grid_ts"].to(torch.float32)
+        return out
+
+    def video_interval(self, host: dict) -> torch.Tensor | None:
+        """Each video's temporal position step: Qwen2.5-VL's tokens_per_second * second_per_grid_t."""
+        if self.spec.family != "qwen2.5-vl" or "second_per_grid_ts" not in host:
+            return None
+        tps = self.spec.tokens_per_second if self.spec.tokens_per_second is not None else 4   # the config default
+        return host["second_per_grid_ts"].to(torch.float32) * tps
+
+    def still_images(self, pack: dict, pixels: torch.Tensor) -> dict:
         spec = self.spec
         if pixels.dim() == 4:
             rows, grid = fixed_to_patches(pixels, spec.patch_size, spec.merge_size)
@@ -205,16 +236,27 @@ class QwenVLAdapter(HFBatchAdapter):
     def positions(self, pack: dict, host: dict) -> torch.Tensor:
         grid = host.get("image_grid_thw")
         ids = pack["input_ids"]
+        video = {"video_grid_thw": host.get("video_grid_thw"), "video_token_id": self.spec.video_token_id,
+                 "video_interval": self.video_interval(host)}
         if "cu_seqlens" in pack:
-            pos = mrope_position_ids(ids, pack["cu_seqlens"], grid, self.spec.image_token_id, self.spec.merge_size)
+            pos = mrope_position_ids(ids, pack["cu_seqlens"], grid, self.spec.image_token_id, self.spec.merge_size,
+                                     **video)
             return pos[:, None, :]
         lengths = pack["attention_mask"].sum(dim=1).to(torch.int64)   # rows: real tokens first, then padding
         cu = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
         real = torch.arange(ids.shape[1])[None, :] < lengths[:, None]
-        flat = mrope_position_ids(ids[real], cu, grid, self.spec.image_token_id, self.spec.merge_size)
+        flat = mrope_position_ids(ids[real], cu, grid, self.spec.image_token_id, self.spec.merge_size, **video)
         pos = torch.zeros(3, *ids.shape, dtype=torch.int64)
         pos[:, real] = flat
         return pos
+
+    def finalize(self, batch: dict, device: torch.device | str | None = None,
+                 dtype: torch.dtype = torch.float32) -> dict:
+        inputs = super().finalize(batch, device, dtype)
+        if "pixel_values_videos" in inputs:
+            inputs["pixel_values_videos"] = video_patches(inputs["pixel_values_videos"], self.spec.image_mean,
+                                                          self.spec.image_std, dtype)
+        return inputs
 
     def normalise(self, pixels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         spec = self.spec

@@ -74,6 +74,17 @@ def qwen_patches(rows: torch.Tensor, patch: int, temporal: int, mean, std, dtype
     return x.expand(n, 3, temporal, patch * patch).reshape(n, 3 * temporal * patch * patch)
 
 
+def video_patches(rows: torch.Tensor, mean, std, dtype: torch.dtype) -> torch.Tensor:
+    """[N, 3*tp*p*p] uint8 video patch rows (channel-major, the processor's layout) -> normalised `dtype`
+    rows of the same shape; floating rows are taken as final (cast only)."""
+    if rows.is_floating_point():
+        return rows.to(dtype)
+    if rows.dim() != 2 or rows.shape[1] % 3:
+        raise AdapterError(f"video patch rows must be [N, 3*tp*p*p], got {list(rows.shape)}")
+    n = rows.shape[0]
+    return normalize(rows.view(n, 3, -1), mean, std, channel_dim=1, dtype=dtype).reshape(rows.shape)
+
+
 def fixed_to_patches(images: torch.Tensor, patch: int, merge: int) -> tuple[torch.Tensor, torch.Tensor]:
     """[n, 3, H, W] -> (patch rows [n*gh*gw, 3*p*p] in merge-block order, grid_thw int64 [n, 3])."""
     n, c, h, w = images.shape

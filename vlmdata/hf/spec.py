@@ -67,6 +67,7 @@ class ModelSpec:
     vocab_size: the text model's embedding rows (None when the folder does not say).
     sliding_window: the text model's sliding-window span (config.json text_config.sliding_window, or the
         model's config through `HFBatchAdapter.for_model`); Gemma 3's packed masks need it.
+    video_token_id / tokens_per_second: the video token, and Qwen2.5-VL's M-RoPE time scale (config.json).
     """
 
     family: str
@@ -83,6 +84,8 @@ class ModelSpec:
     image_size: int | None = None
     policy: dict | None = None              # a tiled family's image policy (decode.tiled), as in its manifest
     sliding_window: int | None = None       # the text model's sliding-window span (Gemma 3's packed masks)
+    video_token_id: int | None = None       # Qwen2-VL / Qwen2.5-VL: `<|video_pad|>`
+    tokens_per_second: float | None = None  # Qwen2.5-VL: temporal positions per second of video
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES.values():
@@ -163,7 +166,8 @@ class ModelSpec:
                   "image_std": tuple(v.image_std), "patch_size": v.patch_size}
         if name in QWEN_FAMILIES:
             return cls(**common, merge_size=v.merge_size, temporal_patch_size=v.temporal_patch_size,
-                       vision_start_token_id=v.vision_start_id, min_pixels=v.min_pixels, max_pixels=v.max_pixels)
+                       vision_start_token_id=v.vision_start_id, min_pixels=v.min_pixels, max_pixels=v.max_pixels,
+                       video_token_id=v.video_token_id, tokens_per_second=v.tokens_per_second)
         if v.policy.get("kind") not in ("fixed", "dynamic"):
             return cls(**common, merge_size=v.merge_size, vocab_size=family.vocab_size, policy=dict(v.policy))
         return cls(**common, image_size=v.image_size)
@@ -279,6 +283,9 @@ def _qwen_fields(path: str, config: dict, pre: dict, defaults: dict) -> dict:
                                       pre.get("temporal_patch_size")),
         "min_pixels": _agree(path, "min_pixels", pre.get("min_pixels"), size.get("shortest_edge")),
         "max_pixels": _agree(path, "max_pixels", pre.get("max_pixels"), size.get("longest_edge")),
+        "video_token_id": config.get("video_token_id"),
+        "tokens_per_second": float(vision.get("tokens_per_second", 4)) if config.get("model_type") == "qwen2_5_vl"
+        else None,                                          # 4: Qwen2_5_VLVisionConfig's default
     }
     defaults = {**_QWEN_DEFAULTS, **defaults}
     for key in _QWEN_DEFAULTS:

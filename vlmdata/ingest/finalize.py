@@ -23,12 +23,13 @@ __all__ = ["write_dataset_tables"]
 
 def write_dataset_tables(root: str, shards: list[ShardInfo], storage_options: dict | None = None,
                          fsync: bool = True, progress: Callable[[int], None] | None = None,
-                         on_index: Callable[[SampleIndex], None] | None = None) -> KeyIndexStats:
+                         on_index: Callable[[SampleIndex], None] | None = None,
+                         video_policy=None) -> KeyIndexStats:
     """Write planning.npz and keys.lmdb for these shards (manifest order); returns the key index's stats.
     `progress(samples)` is called after each shard, `on_index(index)` with each shard's index in order
-    (e.g. `ingest.lengths.LengthCounter.add_index`)."""
+    (e.g. `ingest.lengths.LengthCounter.add_index`); a `video_policy` adds planning.npz's video_tokens."""
     so = storage_options or {}
-    planning = PlanningWriter(fsutil.join(root, PLANNING_NAME), so, fsync)
+    planning = PlanningWriter(fsutil.join(root, PLANNING_NAME), so, fsync, video_policy=video_policy)
     keys = KeyIndexBuilder(root, so)
     try:
         for i, ix in iter_indices(root, shards, so):

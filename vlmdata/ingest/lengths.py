@@ -26,7 +26,8 @@ from vlmdata.loading.text_views import choose_policy
 from vlmdata.plan.lengths import sample_lengths
 from vlmdata.text.families.base import FamilySpec
 
-__all__ = ["BUDGETS", "LengthCounter", "LengthReport", "dataset_policy", "iter_planning", "length_report"]
+__all__ = ["BUDGETS", "LengthCounter", "LengthReport", "dataset_policy", "dataset_video_policy", "iter_planning",
+           "length_report"]
 
 BUDGETS = (2048, 4096, 8192, 16384, 32768)   # common max_tokens settings
 LONGEST = 3                                  # longest samples named
@@ -39,6 +40,16 @@ def dataset_policy(manifest: Manifest, image_size=None) -> ImagePolicy:
         return make_policy(manifest.image_policy)
     _, view = manifest.view(None)
     return choose_policy(image_size, FamilySpec.from_identity(view.get("tokenizer", manifest.tokenizer)))
+
+
+def dataset_video_policy(manifest: Manifest):
+    """The video policy (`video.policy.VideoPolicy`) of a dataset that holds clips; None for the rest."""
+    from vlmdata.video.policy import make_video_policy
+
+    if not manifest.stats.get("videos"):
+        return None
+    family = FamilySpec.from_identity(manifest.tokenizer)
+    return make_video_policy(family.vision.video_policy) if family is not None else None
 
 
 def iter_planning(root: str, manifest: Manifest, so: dict) -> Iterator[dict]:
@@ -127,8 +138,9 @@ def _longest(tokens: np.ndarray, k: int) -> np.ndarray:
 class LengthCounter:
     """Counts sample lengths against budgets chunk by chunk (planning columns, or one shard index at a time)."""
 
-    def __init__(self, policy: ImagePolicy, budgets=BUDGETS):
+    def __init__(self, policy: ImagePolicy, budgets=BUDGETS, video_policy=None):
         self.policy = policy
+        self.video_policy = video_policy
         self.budgets = sorted({int(b) for b in budgets})
         self.over = dict.fromkeys(self.budgets, 0)
         self.fill = dict.fromkeys(self.budgets, 0)
@@ -149,7 +161,7 @@ class LengthCounter:
 
     def add_index(self, index: SampleIndex) -> None:
         """The next shard's samples, from its index."""
-        self.add(concat_planning_columns([index]))
+        self.add(concat_planning_columns([index], self.video_policy))
 
     def report(self, root: str, manifest: Manifest, so: dict) -> LengthReport:
         """The counts, with the keys of the longest samples (read from their shards' indices)."""

@@ -200,6 +200,9 @@ def _run_shard(task: _Task) -> dict:
         try:
             conv = _conversation(task, raw, keys[i], int(ix.n_images[i]))
             require_video_policy(encoder, conv.n_videos)   # a view whose model lays out no videos: no tokens
+            if conv.n_videos:      # planning.npz's video_tokens follow the dataset's own family, not the view's
+                raise RowProblem(Skip.VIDEO_UNSUPPORTED, f"{conv.n_videos} clip(s): text views of samples with "
+                                                         "clips are not built yet (shard with the model folder)")
             convs.append(conv)
         except RowProblem as exc:
             convs.append(None)

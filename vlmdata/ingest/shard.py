@@ -43,7 +43,7 @@ from vlmdata.ingest.job import (
     job_stats_name,
     merge_skips,
 )
-from vlmdata.ingest.lengths import LengthCounter, dataset_policy
+from vlmdata.ingest.lengths import LengthCounter, dataset_policy, dataset_video_policy
 from vlmdata.ingest.readers import InputSource, Row, describe_input, format_names, iter_rows, open_inputs
 from vlmdata.ingest.records import ColumnSpec, id_columns, row_id
 from vlmdata.ingest.skips import SkipSummary, check_skip_fraction, check_skips
@@ -383,8 +383,9 @@ def _build_manifest(cfg: ShardConfig, results: list[dict], tokenizer: dict, extr
                             layout={"text": "tok.npy", "data": "mm"}, stats=stats)
     else:
         manifest = Manifest(kind="webdataset", shards=shards, tokenizer=tokenizer, stats=stats)
-    lengths = LengthCounter(dataset_policy(manifest))
-    write_dataset_tables(cfg.output, shards, so, cfg.fsync, on_index=lengths.add_index)
+    video = dataset_video_policy(manifest)
+    lengths = LengthCounter(dataset_policy(manifest), video_policy=video)
+    write_dataset_tables(cfg.output, shards, so, cfg.fsync, on_index=lengths.add_index, video_policy=video)
     manifest.stats["lengths"] = lengths.report(cfg.output, manifest, so).to_stats()
     return manifest
 

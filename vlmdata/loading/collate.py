@@ -18,14 +18,15 @@ Pack mode (see docs/architecture.md, PackedBatch):
     image_bytes / image_sizes                         instead of pixels when decode is deferred (GPU decode):
                                                       list of uint8 arrays (encoded files), int32 [n, 2] (w, h),
                   image_counts int32 [n]              with images per sample (one per cu_seqlens segment / row)
+    pixel_values_videos / video_grid / second_per_grid_ts   a pack holding clips (loading.video_pack)
     sample_keys   list[str];  state dict;  stats dict (metrics.StatsDelta)
 Bucket mode: the same fields padded to [B, L] plus attention_mask, without cu_seqlens.
 
 Every field is written once, into the buffer the pack crosses to the main process in
 (`loading/shared_pack.py`: shared memory in a DataLoader worker, no further copy).
 
-A sample longer than max_tokens is cut at its tail, never inside an image:
-a cut that would split an image moves before it, and images after the cut
+A sample longer than max_tokens is cut at its tail, never inside an image or a video:
+a cut that would split one moves before it, and images and videos after the cut
 are left out with the text after them.
 """
 from __future__ import annotations
@@ -38,6 +39,7 @@ from vlmdata.decode.patches import flatten_patches
 from vlmdata.decode.policy import DynamicPolicy, ImagePolicy
 from vlmdata.decode.tiled import is_tiled
 from vlmdata.loading.shared_pack import PackedBatch, PackWriter
+from vlmdata.loading.video_pack import declare_videos, fill_videos, video_mask, video_repeats
 from vlmdata.metrics.counts import StatsDelta
 
 IGNORE = -100
@@ -52,6 +54,7 @@ class PreparedSample:
     labels: np.ndarray       # int64 [T]
     images: list             # decoded (H, W, 3) uint8 arrays, or encoded bytes when deferred
     sizes: list[tuple[int, int]]
+    videos: list = field(default_factory=list)    # video.policy.DecodedVideo per clip, in order
 
 
 @dataclass
@@ -64,11 +67,13 @@ class CollateConfig:
     max_tokens: int
     defer_decode: bool = False
     extra: dict = field(default_factory=dict)
+    video_token_id: int | None = None       # set for a family that lays out videos
+    video_policy: object = None             # video.policy.VideoPolicy
 
 
 def prepare_sample(key: str, tokens: np.ndarray, images: list, sizes: list[tuple[int, int]],
-                   cfg: CollateConfig) -> tuple[PreparedSample, bool]:
-    """Expand image placeholders, build labels, truncate to max_tokens; returns (sample, truncated)."""
+                   cfg: CollateConfig, videos: list = ()) -> tuple[PreparedSample, bool]:
+    """Expand image and video placeholders, build labels, truncate to max_tokens; returns (sample, truncated)."""
     ids = tokens[0].astype(np.int64)
     loss = tokens[1]
     is_img = ids == cfg.image_token_id
@@ -77,28 +82,34 @@ def prepare_sample(key: str, tokens: np.ndarray, images: list, sizes: list[tuple
         raise ValueError(f"sample {key}: {n_img} image placeholders for {len(images)} images")
     per_image = np.asarray(cfg.policy.tokens(np.asarray([w for w, _ in sizes]), np.asarray([h for _, h in sizes])),
                            dtype=np.int64).reshape(-1)
+    is_vid = video_mask(ids, cfg.video_token_id)
+    if int(is_vid.sum()) != len(videos):
+        raise ValueError(f"sample {key}: {int(is_vid.sum())} video placeholders for {len(videos)} videos")
     repeats = np.ones(len(ids), dtype=np.int64)
     repeats[is_img] = per_image
+    repeats[is_vid] = video_repeats(list(videos))
+    vision = is_img | is_vid
     total = int(repeats.sum())
     truncated = total > cfg.max_tokens
     if truncated:
         ends = np.cumsum(repeats)
         starts = ends - repeats
         cut = cfg.max_tokens
-        inside = is_img & (starts < cut) & (ends > cut)
+        inside = vision & (starts < cut) & (ends > cut)
         if inside.any():
             cut = int(starts[inside][0])
         keep_positions = int(np.searchsorted(ends, cut, side="right"))   # placeholders fully before the cut
         ids, loss, repeats = ids[:keep_positions], loss[:keep_positions], repeats[:keep_positions]
         n_keep = int((ids == cfg.image_token_id).sum())
         images, sizes = images[:n_keep], sizes[:n_keep]
+        videos = videos[:int(video_mask(ids, cfg.video_token_id).sum())]
     is_img = ids == cfg.image_token_id
     exp_ids = np.repeat(ids, repeats)
-    labels = np.repeat(np.where((loss > 0) & ~is_img, ids, IGNORE), repeats)
+    labels = np.repeat(np.where((loss > 0) & ~is_img & ~video_mask(ids, cfg.video_token_id), ids, IGNORE), repeats)
     write_expansions(exp_ids, placeholder_starts(repeats, is_img), sizes, cfg.policy)
     if len(labels):
         labels[0] = IGNORE
-    return PreparedSample(key, exp_ids, labels, list(images), list(sizes)), truncated
+    return PreparedSample(key, exp_ids, labels, list(images), list(sizes), list(videos)), truncated
 
 
 def placeholder_starts(repeats: np.ndarray, is_img: np.ndarray) -> np.ndarray:
@@ -197,6 +208,7 @@ def collate_pack(samples: list[PreparedSample], cfg: CollateConfig, stats: Stats
         out.add(name, np.int64, (total,))
     out.add("cu_seqlens", np.int32, (len(cu),))
     declare_images(out, parts, cfg)
+    declare_videos(out, [v for s in parts for v in s.videos])
     a = out.allocate()
     np.concatenate([s.ids for s in parts], out=a["input_ids"])
     np.concatenate([s.labels for s in parts], out=a["labels"])
@@ -204,6 +216,7 @@ def collate_pack(samples: list[PreparedSample], cfg: CollateConfig, stats: Stats
                 out=a["position_ids"])
     a["cu_seqlens"][:] = cu
     fill_images(a, parts, cfg)
+    fill_videos(a, [v for s in parts for v in s.videos])
     batch = out.finish({"max_seqlen": int(lengths.max()), "sample_keys": [s.key for s in samples]})
     stats.samples += len(samples)
     stats.images += sum(len(s.images) for s in samples)
@@ -224,6 +237,7 @@ def collate_bucket(samples: list[PreparedSample], cfg: CollateConfig, stats: Sta
         out.add(name, np.int64, (b, longest))
     out.add("lengths", np.int32, (b,))
     declare_images(out, parts, cfg)
+    declare_videos(out, [v for s in parts for v in s.videos])
     a = out.allocate()
     ids, labels, mask, pos = a["input_ids"], a["labels"], a["attention_mask"], a["position_ids"]
     ids[:] = cfg.pad_token_id
@@ -238,6 +252,7 @@ def collate_bucket(samples: list[PreparedSample], cfg: CollateConfig, stats: Sta
         pos[i, :n] = np.arange(n)
     a["lengths"][:] = lengths
     fill_images(a, parts, cfg)
+    fill_videos(a, [v for s in parts for v in s.videos])
     batch = out.finish({"max_seqlen": longest, "sample_keys": [s.key for s in samples]})
     stats.samples += len(samples)
     stats.images += sum(len(s.images) for s in samples)

@@ -56,6 +56,7 @@ from vlmdata.loading.text_views import (
     choose_pixels,
     choose_policy,
 )
+from vlmdata.loading.video_decode import decode_videos
 from vlmdata.loading.warm_start import warm
 from vlmdata.metrics.counts import StatsDelta, take_fetch_stats
 from vlmdata.plan.assign import rank_packs, rank_step_samples
@@ -220,7 +221,8 @@ class VLMDataset(IterableDataset):
         special = self.sources[0].tokenizer.get("special", {})
         self.collate_config = CollateConfig(policy=self.policy, image_token_id=int(special.get("image", 258)),
                                             pad_token_id=int(special.get("pad", 259)), max_tokens=int(max_tokens),
-                                            defer_decode=self.options.defer_decode)
+                                            defer_decode=self.options.defer_decode,
+                                            video_token_id=special.get("video"), video_policy=self._video_policy())
         self.fingerprint = self._fingerprint([w for _, w in specs])
         self._epoch = 0
         self._cursor = 0
@@ -239,6 +241,12 @@ class VLMDataset(IterableDataset):
         self._position_gen = 0                        # the generation of it this copy has applied
         self._lengths: dict[tuple[int, str], int] = {}  # (epoch, "exact" | "estimate") -> len
         self._warm = self._warm_start() if self.options.warm_start else None
+
+    def _video_policy(self):
+        """The model family's video policy (video.policy.VideoPolicy), or None without one."""
+        from vlmdata.video.policy import make_video_policy
+
+        return make_video_policy(self.model_family.vision.video_policy) if self.model_family else None
 
     def _balance(self) -> Balance:
         """The balance of the options, its cost model counting the image policy's patches per token."""
@@ -635,7 +643,11 @@ class VLMDataset(IterableDataset):
                 log.warning("skipping sample %d: %s", gid, exc)
                 stats.skipped[Skip.BAD_SAMPLE] += 1
         decoded = self._decode(records, stats)
-        batch = build_pack(records, decoded, self.collate_config, stats, self.plan_options.mode)
+        videos = None
+        if any(r.videos for r in records):               # only the sampled frames, clip by clip
+            videos = decode_videos(records, self.collate_config.video_policy, stats)
+            decoded = [None if vs is None else ims for ims, vs in zip(decoded, videos)]
+        batch = build_pack(records, decoded, self.collate_config, stats, self.plan_options.mode, videos)
         if self._fetcher is not None:                 # in-worker cache counts since the last pack
             stats.merge(take_fetch_stats(self._fetcher))
         batch["stats"] = stats.to_dict()

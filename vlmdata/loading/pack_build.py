@@ -1,6 +1,7 @@
 """One pack from its samples' records: vectorised over the whole pack when it can be, else sample by sample.
 
-`build_pack(records, images, cfg, stats, mode)` returns the PackedBatch of `collate.py`.
+`build_pack(records, images, cfg, stats, mode, videos)` returns the PackedBatch of `collate.py`
+(`videos`: each record's decoded clips, `video.policy.DecodedVideo`, expanded on both paths).
 
 The fast path (pack mode, no sample truncated, every sample's placeholders matching its images)
 concatenates the samples' token arrays once, expands every image placeholder of the pack with
@@ -30,6 +31,7 @@ from vlmdata.loading.collate import (
     write_expansions,
 )
 from vlmdata.loading.shared_pack import PackedBatch, PackWriter
+from vlmdata.loading.video_pack import declare_videos, fill_videos, video_mask, video_repeats
 from vlmdata.metrics.counts import StatsDelta
 
 __all__ = ["build_pack"]
@@ -43,8 +45,10 @@ def _cumsum0(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _fast_pack(records: list, images: list[list], cfg: CollateConfig, stats: StatsDelta) -> PackedBatch | None:
+def _fast_pack(records: list, images: list[list], cfg: CollateConfig, stats: StatsDelta,
+               videos: list[list] | None = None) -> PackedBatch | None:
     """The whole pack at once, or None when a sample needs the per-sample path."""
+    videos = videos if videos is not None else [[] for _ in records]
     toks = [r.tokens for r in records]
     lens = np.fromiter((t.shape[1] for t in toks), np.int64, len(toks))
     tok_cu = _cumsum0(lens)
@@ -57,7 +61,12 @@ def _fast_pack(records: list, images: list[list], cfg: CollateConfig, stats: Sta
     sizes = [sz for r in records for sz in r.sizes]
     if len(sizes) != int(placeholders[-1]):
         return None
+    is_vid = video_mask(ids, cfg.video_token_id)
+    if not np.array_equal(np.diff(_cumsum0(is_vid)[tok_cu]), [len(v) for v in videos]):
+        return None
+    clips = [v for vs in videos for v in vs]
     repeats = np.ones(len(ids), np.int64)
+    repeats[is_vid] = video_repeats(clips)
     if sizes:
         ws = np.fromiter((w for w, _ in sizes), np.int64, len(sizes))
         hs = np.fromiter((h for _, h in sizes), np.int64, len(sizes))
@@ -67,20 +76,22 @@ def _fast_pack(records: list, images: list[list], cfg: CollateConfig, stats: Sta
     if (exp_lens > cfg.max_tokens).any():
         return None                                  # truncation: the per-sample path cuts those samples
     total = int(exp_cu[-1])
-    parts = [PreparedSample(r.key, None, None, ims, list(r.sizes)) for r, ims in zip(records, images)]
+    parts = [PreparedSample(r.key, None, None, ims, list(r.sizes), vs) for r, ims, vs in zip(records, images, videos)]
     out = PackWriter()
     for name in ("input_ids", "labels", "position_ids"):
         out.add(name, np.int64, (total,))
     out.add("cu_seqlens", np.int32, (len(exp_cu),))
     declare_images(out, parts, cfg)
+    declare_videos(out, clips)
     a = out.allocate()
     a["input_ids"][:] = np.repeat(ids, repeats)
     write_expansions(a["input_ids"], placeholder_starts(repeats, is_img), sizes, cfg.policy)
-    a["labels"][:] = np.repeat(np.where((loss > 0) & ~is_img, ids, IGNORE), repeats)
+    a["labels"][:] = np.repeat(np.where((loss > 0) & ~is_img & ~is_vid, ids, IGNORE), repeats)
     a["labels"][exp_cu[:-1][exp_lens > 0]] = IGNORE          # each sample's first token predicts nothing
     np.subtract(np.arange(total, dtype=np.int64), np.repeat(exp_cu[:-1], exp_lens), out=a["position_ids"])
     a["cu_seqlens"][:] = exp_cu
     fill_images(a, parts, cfg)
+    fill_videos(a, clips)
     batch = out.finish({"max_seqlen": int(exp_lens.max()), "sample_keys": [r.key for r in records]})
     stats.samples += len(records)
     stats.images += len(sizes)
@@ -90,20 +101,22 @@ def _fast_pack(records: list, images: list[list], cfg: CollateConfig, stats: Sta
 
 
 def build_pack(records: list, images: list[list | None], cfg: CollateConfig, stats: StatsDelta,
-               mode: str = "pack") -> PackedBatch:
-    """The pack of `records` (SampleRecord) with their decoded `images` (None = the sample was skipped)."""
+               mode: str = "pack", videos: list[list] | None = None) -> PackedBatch:
+    """The pack of `records` (SampleRecord) with their decoded `images` (None = the sample was skipped) and
+    decoded `videos` (None: no record has clips)."""
+    videos = videos if videos is not None else [[] for _ in records]
     if mode == "pack":
-        kept = [(r, ims) for r, ims in zip(records, images) if ims is not None]
+        kept = [(r, ims, vs) for r, ims, vs in zip(records, images, videos) if ims is not None]
         if kept:
-            fast = _fast_pack([r for r, _ in kept], [ims for _, ims in kept], cfg, stats)
+            fast = _fast_pack([k[0] for k in kept], [k[1] for k in kept], cfg, stats, [k[2] for k in kept])
             if fast is not None:
                 return fast
     prepared: list[PreparedSample] = []
-    for rec, ims in zip(records, images):
+    for rec, ims, vs in zip(records, images, videos):
         if ims is None:
             continue
         try:
-            sample, truncated = prepare_sample(rec.key, rec.tokens, ims, rec.sizes, cfg)
+            sample, truncated = prepare_sample(rec.key, rec.tokens, ims, rec.sizes, cfg, vs)
         except ValueError as exc:
             log.warning("skipping sample %s: %s", rec.key, exc)
             stats.skipped[Skip.BAD_SAMPLE] += 1

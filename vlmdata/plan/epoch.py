@@ -113,8 +113,11 @@ class ArrayColumns:
         _, rows = image_rows(cols, samples)
         n_img = cols["n_images"][samples]
         n64 = n_img.astype(np.int64)
-        return {"text_tokens": cols["text_tokens"][samples], "n_images": n_img, "width": cols["width"][rows],
-                "height": cols["height"][rows], "image_start": np.cumsum(n64) - n64}
+        out = {"text_tokens": cols["text_tokens"][samples], "n_images": n_img, "width": cols["width"][rows],
+               "height": cols["height"][rows], "image_start": np.cumsum(n64) - n64}
+        if "video_tokens" in cols:
+            out["video_tokens"] = cols["video_tokens"][samples]
+        return out
 
 
 @dataclass
@@ -196,6 +199,9 @@ class Corpus:
                 parts.append(self.sources[i].read_shards(shards[lo:hi] - self.shard_base[i]))
         names = ("text_tokens", "n_images", "width", "height")
         cols = {n: (np.concatenate([p[n] for p in parts]) if parts else np.zeros(0, np.int32)) for n in names}
+        if any("video_tokens" in p for p in parts):      # sources without clips count 0 video tokens
+            cols["video_tokens"] = np.concatenate([p.get("video_tokens", np.zeros(len(p["text_tokens"]), np.int32))
+                                                   for p in parts])
         n_img = cols["n_images"].astype(np.int64)
         cols["image_start"] = np.cumsum(n_img) - n_img
         sizes = self.shard_sizes[shards]

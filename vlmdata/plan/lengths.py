@@ -15,11 +15,20 @@ def image_rows(cols: dict[str, np.ndarray], samples: np.ndarray) -> tuple[np.nda
     return owner, rows
 
 
+def video_tokens(cols: dict[str, np.ndarray], samples: np.ndarray) -> np.ndarray:
+    """Per sample, the tokens of its clips (the `video_tokens` column; 0 in datasets without clips)."""
+    if "video_tokens" not in cols:
+        return np.zeros(len(samples), np.int64)
+    return cols["video_tokens"][samples].astype(np.int64)
+
+
 def sample_lengths(cols: dict[str, np.ndarray], samples: np.ndarray, policy) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens, image_tokens) per sample: tokens = text tokens + the policy's tokens for each image."""
+    """(tokens, vision tokens) per sample: tokens = text tokens + the policy's tokens for each image + the
+    tokens of its clips (vision tokens: the last two, which truncation never cuts into)."""
     owner, rows = image_rows(cols, samples)
     per_image = policy.tokens(cols["width"][rows], cols["height"][rows]).astype(np.int64)
     image_tokens = np.bincount(owner, weights=per_image, minlength=len(samples)).astype(np.int64)
+    image_tokens += video_tokens(cols, samples)
     return cols["text_tokens"][samples].astype(np.int64) + image_tokens, image_tokens
 
 
@@ -27,4 +36,5 @@ def image_token_squares(cols: dict[str, np.ndarray], samples: np.ndarray, policy
     """Per sample, the sum over its images of (the policy's tokens of the image)**2: its vision attention."""
     owner, rows = image_rows(cols, samples)
     per_image = policy.tokens(cols["width"][rows], cols["height"][rows]).astype(np.float64)
-    return np.bincount(owner, weights=per_image * per_image, minlength=len(samples)).astype(np.int64)
+    vid = video_tokens(cols, samples).astype(np.float64)       # a sample's clips counted as one block
+    return (np.bincount(owner, weights=per_image * per_image, minlength=len(samples)) + vid * vid).astype(np.int64)

@@ -326,11 +326,12 @@ def chatml_folder(path: Path) -> Path:
 
 
 # The Qwen2-VL chat template's structure, for the small offline folder only (the reference tests use the
-# template shipped on PyPI): a default system turn, ChatML turns, one vision block per image.
+# template shipped on PyPI): a default system turn, ChatML turns, one vision block per image or video.
 QWEN2_VL_TEMPLATE_FALLBACK = json.dumps(
     "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}<|im_start|>system\n"
     "You are a helpful assistant.<|im_end|>\n{% endif %}<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n{% else %}"
     "{% for content in message['content'] %}{% if content['type'] == 'image' %}"
-    "<|vision_start|><|image_pad|><|vision_end|>{% elif 'text' in content %}{{ content['text'] }}{% endif %}"
+    "<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] == 'video' %}"
+    "<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content %}{{ content['text'] }}{% endif %}"
     "{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")

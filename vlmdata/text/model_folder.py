@@ -33,7 +33,7 @@ __all__ = ["MAX_MODEL_FILE_BYTES", "MAX_TOKENIZER_BYTES", "ModelFolder", "TOKENI
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "chat_template.jinja", "chat_template.json")
-VISION_FILES = ("preprocessor_config.json", "processor_config.json", "config.json")
+VISION_FILES = ("preprocessor_config.json", "processor_config.json", "config.json", "video_preprocessor_config.json")
 MAX_TOKENIZER_BYTES = 512 << 20       # the largest real tokenizer.json files are tens of MB
 MAX_MODEL_FILE_BYTES = 16 << 20       # configs and chat templates are KB
 
@@ -165,6 +165,10 @@ class ModelFolder:
                    preprocessor=_json(path, "preprocessor_config.json"), processor=_json(path, "processor_config.json"),
                    config=_json(path, "config.json"), tokenizer_sha256=_digest(path, TOKENIZER_FILES),
                    vision_sha256=_digest(path, VISION_FILES), special_map=_json(path, "special_tokens_map.json"))
+
+    def read_json(self, name: str) -> dict:
+        """Another JSON file of the folder (e.g. video_preprocessor_config.json); {} when it has none."""
+        return _json(self.path, name)
 
     def special_token(self, name: str) -> str | None:
         """A special token's text (`bos_token`, `eos_token`, ...) from tokenizer_config / special_tokens_map."""

@@ -1,7 +1,10 @@
-"""Video clips: probing their metadata without decoding, and decoding only the frames a sampler chose."""
+"""Video clips: probing their metadata without decoding, decoding only the frames a sampler chose, and the
+model families' video policies (which frames, their size and tokens)."""
 from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "ClipInfo": "probe", "ClipLimits": "probe", "ClipProblem": "probe", "probe_clip": "probe",
     "decode_frames": "frames",
+    "DecodedVideo": "policy", "VideoPolicy": "policy", "make_video_policy": "policy", "sample_video_tokens": "policy",
+    "flatten_video": "policy",
 })

@@ -58,6 +58,9 @@ class VisionSpec:
     image_size: int | None
     resample: int
     policy: dict
+    video_policy: dict | None = None     # a family that lays out videos: `video.policy.make_video_policy` input
+    video_token_id: int | None = None    # ... and the token it writes once per video
+    tokens_per_second: float | None = None   # Qwen2.5-VL's M-RoPE time scale (its config.json)
 
     def image_policy(self):
         """The `FixedPolicy` / `DynamicPolicy` that expands this family's image tokens."""
@@ -196,6 +199,10 @@ class ModelFamily:
         """The text standing for one image in a document (no chat template)."""
         return self.placeholder_text()
 
+    def document_video_text(self) -> str:
+        """The text standing for one video in a document (a family that lays out videos gives it)."""
+        raise TemplateError(f"the {self.name} model family lays out no videos")
+
     def document_end(self) -> str | None:
         """The token closing a document (trained)."""
         return self.specials["eos_token"]
@@ -227,7 +234,8 @@ class ModelFamily:
                 "vision_sha256": self.folder.vision_sha256,
                 "vocab_size": self.tokenizer.get_vocab_size(with_added_tokens=True),
                 "special": {"image": self.image_token_id, "pad": self.pad_token_id, "bos": self.bos_token_id,
-                            "eos": self.eos_token_id},
+                            "eos": self.eos_token_id,
+                            **({"video": self.video_token_id} if getattr(self, "encodes_video", False) else {})},
                 "vision": self.vision.to_dict()}
 
     def render(self, conv: Conversation) -> tuple[str, tuple[tuple[int, int], ...]]:
@@ -249,8 +257,8 @@ class ModelFamily:
         image = self.document_image_text()
         for m in conv.messages:
             for item in m["content"]:
-                if item.get("type") == "image":
-                    parts.append(image)
+                if item.get("type") in ("image", "video"):
+                    parts.append(image if item["type"] == "image" else self.document_video_text())
                     last_text = False
                 else:
                     if last_text:
@@ -290,16 +298,19 @@ class ModelFamily:
                 continue
             encodings = encode_texts(self.fast_bpe, self.tokenizer, [rendered[i][0] for i in idx], flag)
             for i, enc in zip(idx, encodings):
-                results[i] = self._tokens(enc, rendered[i][1], rendered[i][2], convs[i].n_images)
+                results[i] = self._tokens(enc, rendered[i][1], rendered[i][2], convs[i].n_images, convs[i].n_videos)
         return results
 
-    def _tokens(self, enc, spans, mode: str, n_images: int) -> np.ndarray | ValueError:
+    def _tokens(self, enc, spans, mode: str, n_images: int, n_videos: int = 0) -> np.ndarray | ValueError:
         ids = np.asarray(enc.ids, dtype=np.int32)
         out = np.zeros((2, len(ids)), np.int32)
         out[0] = ids
         found = int((ids == self.image_token_id).sum())
         if found != n_images:
             return ValueError(f"the rendered text holds {found} image tokens for {n_images} images")
+        video = getattr(self, "video_token_id", None) if getattr(self, "encodes_video", False) else None
+        if video is not None and int((ids == video).sum()) != n_videos:
+            return ValueError(f"the rendered text holds {int((ids == video).sum())} video tokens for {n_videos} videos")
         if mode == "all":
             out[1] = 1
         else:
@@ -313,4 +324,6 @@ class ModelFamily:
                 if nxt < len(ids) and int(ids[nxt]) in self.eot_ids and (enc.token_to_chars(nxt) or (b,))[0] >= b:
                     out[1][nxt] = 1
         out[1][ids == self.image_token_id] = 0
+        if video is not None:
+            out[1][ids == video] = 0
         return out

@@ -8,11 +8,17 @@ as in transformers). Trained: each assistant reply and the `<|im_end|>` closing 
 Qwen3-VL differs only in its vision constants: patch 16 and mean/std 0.5 (its
 processor is transformers' Qwen2VLImageProcessor with those numbers), which the
 folder's preprocessor_config.json states; the family's defaults apply without it.
+
+Videos (Qwen2-VL and Qwen2.5-VL): the template writes `<|vision_start|><|video_pad|><|vision_end|>`
+per video item, one `<|video_pad|>` expanded at load time by the video policy
+(`video.policy.VideoPolicy`), read from the folder's video_preprocessor_config.json (or the
+`video_processor` entry of processor_config.json), else Qwen2-VL's video processor defaults.
 """
 from __future__ import annotations
 
 from vlmdata.text.families.base import ModelFamily, VisionSpec
 from vlmdata.text.model_folder import ModelFolder
+from vlmdata.video.policy import QWEN2_VL_VIDEO, VideoPolicy
 
 __all__ = ["Qwen2VLFamily", "Qwen25VLFamily", "Qwen3VLFamily"]
 
@@ -32,6 +38,38 @@ class Qwen2VLFamily(ModelFamily):
     default_patch = 14
     default_mean = CLIP_MEAN
     default_std = CLIP_STD
+    encodes_video = True
+
+    @property
+    def video_token_id(self) -> int:
+        return self.token_id("<|video_pad|>")
+
+    def video_config(self) -> dict:
+        """The folder's video processor settings ({} when it ships none)."""
+        found = self.folder.read_json("video_preprocessor_config.json")
+        nested = self.folder.processor.get("video_processor")
+        return found or (nested if isinstance(nested, dict) else {})
+
+    def video_policy(self, patch: int, merge: int) -> dict:
+        """The video policy dict: the folder's video processor settings over Qwen2-VL's defaults."""
+        vp = self.video_config()
+        size = vp.get("size") if isinstance(vp.get("size"), dict) else {}
+        d = QWEN2_VL_VIDEO
+        return VideoPolicy(
+            fps=float(vp.get("fps") or d["fps"]), min_frames=int(vp.get("min_frames") or d["min_frames"]),
+            max_frames=int(vp.get("max_frames") or d["max_frames"]),
+            temporal_patch=int(vp.get("temporal_patch_size") or d["temporal_patch"]),
+            patch=int(vp.get("patch_size") or patch), merge=int(vp.get("merge_size") or merge),
+            min_pixels=int(vp.get("min_pixels") or size.get("shortest_edge") or d["min_pixels"]),
+            max_pixels=int(vp.get("max_pixels") or size.get("longest_edge") or d["max_pixels"]),
+            resample=int(vp.get("resample", 3))).to_dict()
+
+    def tokens_per_second(self, vision_cfg: dict) -> float | None:
+        """Qwen2.5-VL's temporal M-RoPE scale (None: Qwen2-VL numbers a video's temporal patches 0, 1, ...)."""
+        return None
+
+    def document_video_text(self) -> str:
+        return "<|vision_start|><|video_pad|><|vision_end|>"
 
     @classmethod
     def matches(cls, folder: ModelFolder) -> bool:
@@ -58,7 +96,10 @@ class Qwen2VLFamily(ModelFamily):
             image_mean=tuple(pp.get("image_mean", self.default_mean)),
             image_std=tuple(pp.get("image_std", self.default_std)),
             min_pixels=min_px, max_pixels=max_px, image_size=None, resample=int(pp.get("resample", 3)),
-            policy={"kind": "dynamic", "patch": patch, "merge": merge, "min_pixels": min_px, "max_pixels": max_px})
+            policy={"kind": "dynamic", "patch": patch, "merge": merge, "min_pixels": min_px, "max_pixels": max_px},
+            video_policy=self.video_policy(patch, merge) if self.encodes_video else None,
+            video_token_id=self.video_token_id if self.encodes_video else None,
+            tokens_per_second=self.tokens_per_second(vision_cfg))
 
     def document_image_text(self) -> str:
         return "<|vision_start|><|image_pad|><|vision_end|>"
@@ -74,6 +115,9 @@ class Qwen25VLFamily(Qwen2VLFamily):
     model_types = ("qwen2_5_vl",)
     processors = ("Qwen2_5_VLProcessor",)
 
+    def tokens_per_second(self, vision_cfg: dict) -> float | None:
+        return float(vision_cfg.get("tokens_per_second", 4))      # Qwen2_5_VLVisionConfig's default
+
 
 class Qwen3VLFamily(Qwen2VLFamily):
     """Qwen3-VL (model_type qwen3_vl, Qwen3VLProcessor): Qwen2-VL's layout, patch 16, mean/std 0.5."""
@@ -84,3 +128,4 @@ class Qwen3VLFamily(Qwen2VLFamily):
     default_patch = 16
     default_mean = (0.5, 0.5, 0.5)
     default_std = (0.5, 0.5, 0.5)
+    encodes_video = False        # its text timestamps per temporal patch are not built yet (issue 22)

@@ -1,0 +1,189 @@
+"""Videos sharded with a Qwen2-VL folder and loaded (issue 22 items 3-4): a LLaVA-Video JSON with clips made at
+test time is written with one `<|video_pad|>` per clip; loaded, each placeholder is expanded to the policy's
+tokens, grids and pixel rows are the policy's (decoded frames at the sampled indices, resized bicubic, Qwen's
+patch layout), the planner's lengths (from planning.npz, before any decode) equal the built ones on both pack
+paths, and a clip that no longer decodes costs only its sample (counted) while the epoch completes."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from tests.helpers.models import qwen_folder_or_skip
+from tests.video.qwen_video_corpus import VIDEO_CONFIG, qwen_video_folder, shard_corpus
+from vlmdata import VLMDataset
+from vlmdata.formats import Manifest, SampleIndex
+from vlmdata.plan import sample_lengths
+from vlmdata.video import VideoPolicy, flatten_video, probe_clip
+
+VIDEO_PAD, IMAGE_PAD = 151656, 151655
+CLIPS_OF = {"v_h264": ["h264.mp4"], "v_mix": ["vp9.webm"], "v_two": ["short.mkv", "vfr.mp4"], "v_long": ["long.mp4"]}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("qvideo")
+    folder = qwen_video_folder(qwen_folder_or_skip(), str(root / "qwen2-vl"))
+    return shard_corpus(str(root), folder), str(root)
+
+
+def policy() -> VideoPolicy:
+    size = VIDEO_CONFIG["size"]
+    return VideoPolicy(fps=VIDEO_CONFIG["fps"], min_frames=VIDEO_CONFIG["min_frames"],
+                       max_frames=VIDEO_CONFIG["max_frames"], min_pixels=size["shortest_edge"],
+                       max_pixels=size["longest_edge"])
+
+
+def packs(ds_path: str, **kw) -> list[dict]:
+    return list(VLMDataset(ds_path, max_tokens=kw.pop("max_tokens", 4096), **kw))
+
+
+def by_key(batches: list[dict]) -> dict[str, dict]:
+    """Per sample: its ids and its clips' grids / rows, from the packs."""
+    out = {}
+    for b in batches:
+        cu = b["cu_seqlens"].tolist()
+        grids = b["video_grid"].tolist() if "video_grid" in b else []
+        rows = b["pixel_values_videos"].numpy() if "pixel_values_videos" in b else None
+        spans = b["second_per_grid_ts"].tolist() if "second_per_grid_ts" in b else []
+        v = at = 0
+        for i, key in enumerate(b["sample_keys"]):
+            ids = b["input_ids"][cu[i]:cu[i + 1]].numpy()
+            n = len(CLIPS_OF.get(key, []))
+            mine = grids[v:v + n]
+            size = sum(t * h * w for t, h, w in mine)
+            out[key] = {"ids": ids, "grids": mine, "spans": spans[v:v + n],
+                        "rows": rows[at:at + size] if rows is not None else None}
+            v, at = v + n, at + size
+    return out
+
+
+def test_the_manifest_and_stored_ids_hold_one_video_token_per_clip(dataset):
+    ds_path, _ = dataset
+    m = Manifest.load(ds_path)
+    assert m.stats["samples"] == 6 and m.stats["videos"] == 5 and not m.stats["skipped"]
+    assert m.tokenizer["special"]["video"] == VIDEO_PAD
+    assert m.tokenizer["vision"]["video_policy"] == policy().to_dict()   # the folder's video processor config
+
+
+def test_loaded_samples_expand_each_clip_to_the_policys_tokens_grid_and_pixels(dataset):
+    ds_path, root = dataset
+    got = by_key(packs(ds_path))
+    assert set(got) == {"v_h264", "v_mix", "v_two", "v_long", "i_only", "t_only"}
+    pol = policy()
+    for key, clips in CLIPS_OF.items():
+        s = got[key]
+        infos = [probe_clip(open(os.path.join(root, "raw/clips", c), "rb").read()) for c in clips]
+        want = [tuple(int(x) for x in pol.grid(i.frames, i.measured_fps, i.width, i.height)) for i in infos]
+        assert [tuple(g) for g in s["grids"]] == want, key
+        assert int((s["ids"] == VIDEO_PAD).sum()) == sum(t * h * w // 4 for t, h, w in want), key
+        runs = np.flatnonzero(np.diff(np.concatenate([[0], (s["ids"] == VIDEO_PAD).astype(int), [0]])) == 1)
+        assert len(runs) == len(clips), key                        # one contiguous run per clip
+        np.testing.assert_allclose(s["spans"], [pol.second_per_grid(i.frames, i.measured_fps) for i in infos],
+                                   rtol=1e-6)
+    assert (got["v_mix"]["ids"] == IMAGE_PAD).sum() > 0 and not (got["i_only"]["ids"] == VIDEO_PAD).any()
+    # pixels: the sampled frames of the full decode, resized bicubic, in the processor's patch layout
+    import av
+    from PIL import Image
+
+    data = open(os.path.join(root, "raw/clips/h264.mp4"), "rb").read()
+    info = probe_clip(data)
+    with av.open(__import__("io").BytesIO(data)) as c:
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+    w, h = (int(x) for x in pol.frame_size(info.width, info.height))
+    picked = [np.asarray(Image.fromarray(frames[i]).resize((w, h), Image.BICUBIC))
+              for i in pol.frame_indices(info.frames, info.measured_fps)]
+    assert np.array_equal(got["v_h264"]["rows"], flatten_video(picked, 14, 2, 2))
+
+
+@pytest.mark.parametrize("max_tokens", [4096, 400])
+def test_planned_lengths_equal_built_lengths(dataset, max_tokens):
+    """The planner's count (text + image + video tokens, from planning.npz) is each sample's built length; at
+    400 tokens the long clip's sample does not fit and is dropped by the plan, never cut inside its video."""
+    ds_path, _ = dataset
+    ds = VLMDataset(ds_path, max_tokens=max_tokens)
+    cols = ds.sources[0].planning.load()
+    assert "video_tokens" in cols and int(cols["video_tokens"].sum()) > 0
+    m = Manifest.load(ds_path)
+    keys = [k.decode() for s in m.shards for k in SampleIndex.load(os.path.join(ds_path, s.index)).key]
+    planned = dict(zip(keys, sample_lengths(cols, np.arange(len(keys)), ds.policy)[0].tolist()))
+    built = {}
+    for b in ds:
+        cu = b["cu_seqlens"].tolist()
+        assert cu[-1] <= max_tokens
+        built.update({k: cu[i + 1] - cu[i] for i, k in enumerate(b["sample_keys"])})
+        assert b["stats"]["truncated"] == 0
+    assert built == {k: v for k, v in planned.items() if v <= max_tokens}
+    assert len(built) == (6 if max_tokens == 4096 else sum(v <= max_tokens for v in planned.values()))
+
+
+def test_the_per_sample_path_expands_videos_as_the_fast_path(dataset):
+    """Bucket mode (the per-sample path, prepare_sample) gives every sample the ids of the pack fast path."""
+    ds_path, _ = dataset
+    fast = by_key(packs(ds_path))
+    from vlmdata.loading import DatasetOptions
+
+    for b in VLMDataset(ds_path, max_tokens=4096, options=DatasetOptions(mode="bucket")):
+        for i, key in enumerate(b["sample_keys"]):
+            n = int(b["lengths"][i])
+            assert np.array_equal(b["input_ids"][i, :n].numpy(), fast[key]["ids"]), key
+
+
+def test_a_clip_that_no_longer_decodes_costs_only_its_sample(dataset, tmp_path):
+    """The clip bytes of one sample are overwritten in the shard (same size, the index still points at them):
+    that sample is skipped and counted, every other sample is loaded and the epoch completes."""
+    import shutil
+
+    ds_path, _ = dataset
+    bad = str(tmp_path / "ds")
+    shutil.copytree(ds_path, bad)
+    m = Manifest.load(bad)
+    path = os.path.join(bad, m.shards[0].index)
+    ix = SampleIndex.load(path)
+    i = [k.decode() for k in ix.key].index("v_h264")
+    v = ix.videos
+    off, size = int(v.vid_offset[v.video_start[i]]), int(v.vid_size[v.video_start[i]])
+    tar = os.path.join(bad, m.shards[0].name)
+    with open(tar, "r+b") as f:
+        f.seek(off)
+        f.write(b"\0garbage" * (size // 8) + b"\0" * (size % 8))
+    _restamp(bad, tar, path)
+    batches = packs(bad)
+    keys = [k for b in batches for k in b["sample_keys"]]
+    skipped = sum((b["stats"].get("skipped") or {}).get(r, 0) for b in batches
+                  for r in ("undecodable_video", "bad_video", "no_video_stream", "no_video_frames", "truncated_video"))
+    assert sorted(keys) == sorted(["v_mix", "v_two", "v_long", "i_only", "t_only"])
+    assert skipped == 1
+
+
+def _restamp(root: str, tar: str, index: str) -> None:
+    """Record the changed shard's size and CRC in its index and the manifest (as if it had been written so)."""
+    import json
+    import zlib
+
+    raw = open(tar, "rb").read()
+    crc = zlib.crc32(raw) & 0xFFFFFFFF
+    SampleIndex.load(index).describes(len(raw), crc).save(index)
+    with open(os.path.join(root, "manifest.json")) as f:
+        manifest = json.load(f)
+    manifest["shards"][0]["crc32"] = crc
+    with open(os.path.join(root, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+
+
+def test_max_patches_counts_video_patches(dataset):
+    """A pack's vision patches (image rows + video rows) stay within max_patches: the samples are spread over
+    more packs, and one whose clips alone exceed the budget is dropped (counted), never cut."""
+    ds_path, _ = dataset
+    one_pack = list(VLMDataset(ds_path, max_tokens=4096))
+    total = sum(len(one_pack[0][k]) for k in ("pixel_values", "pixel_values_videos"))
+    budget = total // 3
+    keys, dropped, n_packs = [], 0, 0
+    for b in VLMDataset(ds_path, max_tokens=4096, max_patches=budget):
+        rows = sum(len(b[k]) for k in ("pixel_values", "pixel_values_videos") if k in b)
+        assert rows <= budget
+        keys += b["sample_keys"]
+        dropped += (b["stats"].get("skipped") or {}).get("too_many_images", 0)
+        n_packs += bool(b["sample_keys"])
+    assert n_packs >= 2 and len(keys) + dropped == 6

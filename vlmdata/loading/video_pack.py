@@ -1,0 +1,50 @@
+"""Videos in a pack: their placeholders' expansion and their pack fields.
+
+Each clip is one `<|video_pad|>` in the stored ids, expanded to the tokens of its decoded layout
+(`video.policy.DecodedVideo.tokens`, equal to the planner's count from the index). Pack fields, present
+only when the pack holds a clip:
+
+    pixel_values_videos  uint8 [rows, 3 * tp * patch * patch]  Qwen's flattened patches, clip after clip
+    video_grid           int32 [n_videos, 3]                   (t, h, w) in patches
+    second_per_grid_ts   float32 [n_videos]                    seconds one temporal patch spans
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from vlmdata.loading.shared_pack import PackWriter
+
+__all__ = ["declare_videos", "fill_videos", "video_mask", "video_repeats"]
+
+
+def video_mask(ids: np.ndarray, video_token_id: int | None) -> np.ndarray:
+    """Where the video placeholders are (none when the family lays out no videos)."""
+    if video_token_id is None:
+        return np.zeros(len(ids), bool)
+    return ids == video_token_id
+
+
+def video_repeats(videos: list) -> np.ndarray:
+    """Tokens each clip's placeholder expands to, int64 [n]."""
+    return np.fromiter((v.tokens for v in videos), np.int64, len(videos))
+
+
+def declare_videos(out: PackWriter, videos: list) -> None:
+    """Declare the pack's video fields (nothing for a pack without clips)."""
+    if not videos:
+        return
+    out.add("pixel_values_videos", np.uint8, (sum(len(v.rows) for v in videos), videos[0].rows.shape[1]))
+    out.add("video_grid", np.int32, (len(videos), 3))
+    out.add("second_per_grid_ts", np.float32, (len(videos),))
+
+
+def fill_videos(arrays: dict, videos: list) -> None:
+    """Write the clips' rows, grids and temporal spans into the pack's buffer."""
+    if not videos:
+        return
+    at = 0
+    for i, v in enumerate(videos):
+        arrays["pixel_values_videos"][at:at + len(v.rows)] = v.rows
+        at += len(v.rows)
+        arrays["video_grid"][i] = v.grid
+        arrays["second_per_grid_ts"][i] = v.second_per_grid
