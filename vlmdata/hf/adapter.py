@@ -262,6 +262,9 @@ class TiledAdapter(HFBatchAdapter):
 
 def make_adapter(spec: ModelSpec, attn_implementation: str = "sdpa") -> HFBatchAdapter:
     """The adapter of `spec`'s family."""
+    if spec.family == "llava-onevision":
+        from vlmdata.hf.llava_onevision_adapter import LlavaOnevisionAdapter as cls  # a TiledAdapter subclass
+        return cls(spec, attn_implementation)
     cls = Qwen3VLAdapter if spec.family == "qwen3-vl" else QwenVLAdapter if spec.is_qwen else LlavaAdapter
     return cls(spec, attn_implementation)
 

@@ -42,6 +42,7 @@ OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 # config.json model_type -> family name
 FAMILIES = {"qwen2_vl": "qwen2-vl", "qwen2_5_vl": "qwen2.5-vl", "qwen3_vl": "qwen3-vl", "llava": "llava"}
+FAMILIES["llava_onevision"] = "llava-onevision"
 QWEN_FAMILIES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
 
 # the processors' defaults (transformers' Qwen2VLImageProcessor and LLaVA-1.5's CLIP processor); Qwen3-VL's

@@ -14,4 +14,5 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "ModelFilesUnavailable": "model_folders", "chatml_folder": "model_folders", "default_cache": "model_folders",
     "llava_folder": "model_folders", "qwen2_vl_folder": "model_folders",
     "qwen3_vl_folder": "model_folders", "qwen2_5_vl_folder": "model_folders",
+    "llava_onevision_folder": "onevision_folder", "ONEVISION_TEMPLATE": "onevision_folder",
 })

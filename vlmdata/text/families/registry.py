@@ -7,13 +7,15 @@ import os
 from vlmdata.errors import ConfigError
 from vlmdata.text.families.base import ModelFamily
 from vlmdata.text.families.llava import LlavaFamily
+from vlmdata.text.families.llava_onevision import LlavaOnevisionFamily
 from vlmdata.text.families.qwen2_vl import Qwen2VLFamily, Qwen3VLFamily, Qwen25VLFamily
 from vlmdata.text.model_folder import ModelFolder
 
 __all__ = ["FAMILIES", "family_names", "load_family"]
 
 # Tried in order; a new family (LLaVA-NeXT anyres, InternVL tiles, Idefics) is a ModelFamily subclass added here.
-FAMILIES: tuple[type[ModelFamily], ...] = (Qwen3VLFamily, Qwen25VLFamily, Qwen2VLFamily, LlavaFamily)
+FAMILIES: tuple[type[ModelFamily], ...] = (Qwen3VLFamily, Qwen25VLFamily, Qwen2VLFamily, LlavaFamily,
+                                           LlavaOnevisionFamily)
 
 
 def family_names() -> str:
