@@ -111,12 +111,17 @@ def test_packed_equals_sum_of_samples(onevision, attn):
     assert abs(wrong_loss - alone_loss) > TOL * max(1.0, abs(alone_loss))   # the check can fail
 
 
-def test_a_lone_one_tile_image_is_refused():
-    from vlmdata.hf.llava_onevision_adapter import batch_num_images
+def test_a_lone_one_tile_image_is_refused(onevision):
+    """One-tile images (of multi-image samples) form the model's n > 1 entries; one alone cannot be said."""
+    adapter = make_adapter(onevision[1])
 
-    assert batch_num_images(torch.tensor([5, 1, 1, 1, 2, 1, 1])).tolist() == [1, 3, 1, 2]
+    def entries(tiles):
+        pack = {"image_tiles": torch.tensor(tiles), "image_sizes": torch.ones(len(tiles), 2, dtype=torch.int32)}
+        return adapter.tile_keys(pack)["batch_num_images"].tolist()
+
+    assert entries([5, 1, 1, 1, 2, 1, 1]) == [1, 3, 1, 2]
     with pytest.raises(AdapterError, match="stands alone"):
-        batch_num_images(torch.tensor([5, 1, 2]))
+        entries([5, 1, 2])
 
 
 def test_vlm_trainer_trains_a_sharded_corpus(onevision, tmp_path):

@@ -51,7 +51,7 @@ from vlmdata.hf.pixels import clip_pixels, fixed_to_patches, qwen_patches
 from vlmdata.hf.spec import ModelSpec
 
 __all__ = ["META_KEY", "HFBatchAdapter", "LlavaAdapter", "Qwen3VLAdapter", "QwenVLAdapter", "TiledAdapter",
-           "make_adapter", "take_meta", "text_attention"]
+           "make_adapter", "take_meta", "text_attention", "tiled_adapter_class"]
 
 META_KEY = "vlmdata"
 _META_FIELDS = ("sample_keys", "stats", "state")
@@ -261,12 +261,26 @@ class TiledAdapter(HFBatchAdapter):
 
 
 def make_adapter(spec: ModelSpec, attn_implementation: str = "sdpa") -> HFBatchAdapter:
-    """The adapter of `spec`'s family."""
-    if spec.family == "llava-onevision":
-        from vlmdata.hf.llava_onevision_adapter import LlavaOnevisionAdapter as cls  # a TiledAdapter subclass
-        return cls(spec, attn_implementation)
+    """The adapter of `spec`'s family (a tiled family's: `tiled_adapter_class`)."""
+    if spec.policy is not None:
+        return tiled_adapter_class(spec.family)(spec, attn_implementation)
     cls = Qwen3VLAdapter if spec.family == "qwen3-vl" else QwenVLAdapter if spec.is_qwen else LlavaAdapter
     return cls(spec, attn_implementation)
+
+
+def tiled_adapter_class(family: str) -> type:
+    """A tiled family's adapter: `ADAPTER` of its module `vlmdata.hf.<family>_adapter` ("-" and "." as "_"),
+    found by name as `decode.tiled` finds policies (the module subclasses TiledAdapter: this one cannot import it);
+    TiledAdapter itself when the family has no module."""
+    import importlib
+
+    name = f"vlmdata.hf.{family.replace('-', '_').replace('.', '_')}_adapter"
+    try:
+        return importlib.import_module(name).ADAPTER
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+    return TiledAdapter
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,7 @@ import torch
 from vlmdata.errors import AdapterError
 from vlmdata.hf.adapter import TiledAdapter
 
-__all__ = ["LlavaOnevisionAdapter", "batch_num_images", "per_image_tiles"]
+__all__ = ["ADAPTER", "LlavaOnevisionAdapter", "batch_num_images", "per_image_tiles"]
 
 
 def batch_num_images(tiles: torch.Tensor) -> torch.Tensor:
@@ -61,8 +61,8 @@ class LlavaOnevisionAdapter(TiledAdapter):
 
     def tile_keys(self, pack: dict) -> dict:
         tiles = pack["image_tiles"].to(torch.int64)
-        return {"image_sizes": pack["image_sizes"].to(torch.int64).flip(-1), "batch_num_images": batch_num_images(tiles),
-                "image_tiles": tiles}
+        return {"image_sizes": pack["image_sizes"].to(torch.int64).flip(-1),
+                "batch_num_images": batch_num_images(tiles), "image_tiles": tiles}
 
     def finalize(self, batch: dict, device: torch.device | str | None = None,
                  dtype: torch.dtype = torch.float32) -> dict:
@@ -75,3 +75,6 @@ class LlavaOnevisionAdapter(TiledAdapter):
                 raise AdapterError("LLaVA-OneVision pixel_values without image_tiles: the pack lost its tile counts")
             inputs["pixel_values"] = per_image_tiles(inputs["pixel_values"], tiles)
         return inputs
+
+
+ADAPTER = LlavaOnevisionAdapter

@@ -129,7 +129,7 @@ def test_exact_tiles_of_resized_jpegs_and_pngs_equal_the_processor(folder, proce
     processor's (max abs difference <= 1e-5)."""
     from transformers.image_utils import load_image
 
-    from vlmdata.hf.pixels import normalize
+    from vlmdata.hf import clip_pixels
 
     policy = load_family(str(folder)).vision.image_policy()
     files = list(sized_jpegs(seed=3).values())
@@ -143,8 +143,8 @@ def test_exact_tiles_of_resized_jpegs_and_pngs_equal_the_processor(folder, proce
     for data in files:
         size = Image.open(io.BytesIO(data)).size
         tiles = decoder.decode([data] * images, [size] * images, policy, [images] * images)[0]
-        got = normalize(torch.from_numpy(np.array(tiles)).permute(0, 3, 1, 2), ip.image_mean, ip.image_std,
-                        1, torch.float32)
+        got = clip_pixels(torch.from_numpy(np.array(tiles)).permute(0, 3, 1, 2), policy.tile, ip.image_mean,
+                          ip.image_std, torch.float32)
         batch = [load_image(Image.open(io.BytesIO(data)))] * images
         want = ip(images=[batch], return_tensors="pt")["pixel_values"][0]
         assert got.shape == want.shape and max_diff(got, want) <= 1e-5, size
