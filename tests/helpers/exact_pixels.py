@@ -46,3 +46,16 @@ def qwen_rows(image: np.ndarray, spec) -> torch.Tensor:
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     assert a.shape == b.shape, (a.shape, b.shape)
     return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
+
+
+def tile_rows_diff(got: torch.Tensor, rows: list[torch.Tensor]) -> float:
+    """Worst difference of per-image tile rows ([images, most tiles, 3, S, S], zero-padded) from the processor's
+    rows (each zero-padded to its own batch's most tiles); past the shorter of the two both are padding only."""
+    assert got.shape[0] == len(rows), (got.shape, len(rows))
+    worst = 0.0
+    for row, want in zip(got, rows):
+        k = min(len(want), len(row))
+        worst = max(worst, max_diff(row[:k], want[:k]))
+        assert not row[k:].any() and not want[k:].any()
+    return worst
+

@@ -404,6 +404,19 @@ def run_one_by_one(model, refs, count: int) -> tuple[float, dict]:
     return total, _grads(model)
 
 
+def moved_boundary(inputs: dict, attn: str) -> dict:
+    """Packed forward inputs with the first boundary moved: sample 0 swallows half of sample 1 (a check of packed
+    against one by one must fail on these)."""
+    from vlmdata.hf import block_causal_mask, flash_kwargs
+
+    cu = inputs["cu_seq_lens_q"].clone()
+    cu[1] += int(cu[2] - cu[1]) // 2
+    out = dict(inputs, **flash_kwargs(cu, int((cu[1:] - cu[:-1]).max())))
+    if attn in ("sdpa", "eager"):
+        out["attention_mask"] = block_causal_mask(cu, inputs["input_ids"].shape[1])
+    return out
+
+
 def packed_inputs(spec, refs, attn: str) -> dict:
     """The forward inputs of these samples packed: vlmdata's collate, then the family's output adapter."""
     from vlmdata.hf import make_adapter, take_meta

@@ -11,9 +11,11 @@ import pytest
 import torch
 from PIL import Image
 
+from tests.helpers.exact_pixels import tile_rows_diff
 from tests.helpers.hf import (
     label_count,
     make_conversations,
+    moved_boundary,
     onevision_processor,
     onevision_text,
     packed_inputs,
@@ -26,7 +28,7 @@ from tests.helpers.hf import (
 )
 from tests.helpers.train import assert_grads_close
 from vlmdata.errors import AdapterError
-from vlmdata.hf import ModelSpec, block_causal_mask, flash_kwargs, make_adapter, take_meta
+from vlmdata.hf import ModelSpec, make_adapter, take_meta
 
 TOL = 1e-5
 
@@ -74,26 +76,11 @@ def test_pack_pixels_sizes_and_tiling_equal_the_processors(onevision):
     take_meta(host)
     inputs = adapter.finalize(host)
     outs = [r.processor_out for r in refs if "pixel_values" in r.processor_out]
-    rows = [img for o in outs for img in o["pixel_values"]]
-    got = inputs["pixel_values"]
-    assert got.shape[0] == len(rows) and got.shape[2:] == rows[0].shape[1:]
-    for i, want in enumerate(rows):
-        k = min(len(want), got.shape[1])
-        assert float((got[i, :k] - want[:k]).abs().max()) <= 1e-5
-        assert not got[i, k:].any() and not want[k:].any()
+    assert tile_rows_diff(inputs["pixel_values"], [img for o in outs for img in o["pixel_values"]]) <= 1e-5
     assert torch.equal(inputs["image_sizes"], torch.cat([o["image_sizes"] for o in outs]))
     flags = [n == 1 for n in inputs["batch_num_images"].tolist() for _ in range(n)]
     assert flags == [n == 1 for o in outs for n in o["batch_num_images"].tolist() for _ in range(n)]
     assert "image_tiles" not in inputs                             # host-only: not a forward argument
-
-
-def _moved(inputs: dict, attn: str) -> dict:
-    cu = inputs["cu_seq_lens_q"].clone()
-    cu[1] += int(cu[2] - cu[1]) // 2                                # sample 0 swallows half of sample 1
-    out = dict(inputs, **flash_kwargs(cu, int((cu[1:] - cu[:-1]).max())))
-    if attn == "sdpa":
-        out["attention_mask"] = block_causal_mask(cu, inputs["input_ids"].shape[1])
-    return out
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "vlmdata_varlen"])
@@ -107,7 +94,7 @@ def test_packed_equals_sum_of_samples(onevision, attn):
     assert abs(packed_loss - alone_loss) <= TOL * max(1.0, abs(alone_loss))
     assert_grads_close(packed_grads, alone_grads, rel=TOL)
     assert any("vision_tower" in n for n in packed_grads) and any("image_newline" in n for n in packed_grads)
-    wrong_loss, _ = run_packed(model, _moved(inputs, attn), count)
+    wrong_loss, _ = run_packed(model, moved_boundary(inputs, attn), count)
     assert abs(wrong_loss - alone_loss) > TOL * max(1.0, abs(alone_loss))   # the check can fail
 
 

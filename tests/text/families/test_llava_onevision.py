@@ -15,7 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.helpers.exact_pixels import max_diff, sized_jpegs
+from tests.helpers.exact_pixels import max_diff, sized_jpegs, tile_rows_diff
 from tests.helpers.models import onevision_folder_or_skip, onevision_processor, reference_conversations
 from tests.helpers.qwen_checks import check_sharded_and_loaded
 from vlmdata.decode import ExactDecoder
@@ -105,18 +105,12 @@ def onevision_pixels(processor, inputs: dict, samples: list[list[bytes]]) -> tup
     if not refs:
         assert "pixel_values" not in inputs
         return 0.0, 0
-    got, worst, i = inputs["pixel_values"], 0.0, 0
-    for ref in refs:
-        for want in ref["pixel_values"]:
-            k = min(len(want), got.shape[1])
-            worst = max(worst, max_diff(got[i, :k], want[:k]))
-            assert not got[i, k:].any() and not want[k:].any()      # only padding past the shorter row
-            i += 1
-    assert i == got.shape[0]
+    rows = [want for ref in refs for want in ref["pixel_values"]]
+    worst = tile_rows_diff(inputs["pixel_values"], rows)
     assert torch.equal(inputs["image_sizes"], torch.cat([r["image_sizes"] for r in refs]))
     tiled = [n == 1 for n in inputs["batch_num_images"].tolist() for _ in range(n)]
     assert tiled == [n == 1 for r in refs for n in r["batch_num_images"] for _ in range(n)]
-    return worst, i
+    return worst, len(rows)
 
 
 def test_sharded_and_loaded_ids_labels_and_pixels_equal_the_hf_processor(folder, processor, tmp_path):
