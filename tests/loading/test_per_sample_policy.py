@@ -13,7 +13,7 @@ from vlmdata.metrics import StatsDelta
 from vlmdata.plan import sample_lengths
 from vlmdata.text import encode_conversation
 
-POLICY = make_policy({"kind": "llava_onevision", "tile": 28, "patch": 14, "side": 2, "max_patches": 9,
+POLICY = make_policy({"kind": "llava_onevision", "tile": 28, "patch": 14, "side": 2, "base": 4, "max_patches": 9,
                       "pinpoints": [[28 * a, 28 * b] for a in range(1, 5) for b in range(1, 5)],
                       "image_token_id": TOK.special.image})
 

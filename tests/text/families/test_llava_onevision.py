@@ -53,7 +53,7 @@ def test_family_is_detected_with_the_processor_settings(folder, processor):
     policy = v.image_policy()
     assert (policy.tile, policy.side ** 2, policy.max_patches) == (ip.size["height"], processor.num_image_tokens, 9)
     assert [list(p) for p in policy.pinpoints] == ip.image_grid_pinpoints
-    assert policy.pad_color == tuple(int(m * 255) for m in ip.image_mean)
+    assert policy.pad_color == tuple(int(m * 255) for m in ip.image_mean) and policy.base == 729
     spec = ModelSpec.from_folder(str(folder))
     assert spec.family == "llava-onevision" and spec.image_policy() == policy
     assert type(make_adapter(spec)).__name__ == "LlavaOnevisionAdapter"
@@ -161,6 +161,26 @@ def test_a_family_that_contradicts_the_folder_is_refused(folder, tmp_path):
     defaults, published = (load_family(str(f), family="llava_onevision").vision.policy for f in (bare, folder))
     assert {k: v for k, v in defaults.items() if k != "pad_color"} == \
         {k: v for k, v in published.items() if k != "pad_color"}    # the mean: CLIP's by default, 0.5 published
+
+
+def test_the_default_feature_strategy_counts_as_the_processor(folder, tmp_path):
+    """A tower with a CLS token ("default": num_image_tokens counts it, the processor drops one per image)."""
+    odd = tmp_path / "default"
+    shutil.copytree(folder, odd)
+    for name, key in (("processor_config.json", "num_image_tokens"), ("config.json", None)):
+        cfg = json.loads((odd / name).read_text())
+        cfg["vision_feature_select_strategy"] = "default"
+        if key:
+            cfg[key] = cfg[key] + 1
+        (odd / name).write_text(json.dumps(cfg))
+    processor = onevision_processor(odd)
+    policy = load_family(str(odd)).vision.image_policy()
+    w, h = random_sizes(13, 2_000, 8_000)
+    want = processor._get_num_multimodal_tokens(image_sizes=list(zip(h.tolist(), w.tolist())))["num_image_tokens"]
+    assert policy.base == 729 and np.array_equal(policy.tokens(w, h), want)
+    pair = [Image.new("RGB", (int(w[0]), int(h[0]))), Image.new("RGB", (int(w[1]), int(h[1])))]
+    both = processor(text=["<image><image>"], images=[pair], return_tensors="np", do_normalize=False)
+    assert int((both["input_ids"] == processor.image_token_id).sum()) == int(policy.tokens(w[:2], h[:2], [2, 2]).sum())
 
 
 def test_settings_the_files_disagree_on_are_refused(folder, tmp_path):

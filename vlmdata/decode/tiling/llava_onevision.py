@@ -5,17 +5,18 @@ A sample with ONE image (the processor's single-image path):
   the image kept, then least padding) takes the image resized keeping its aspect ratio (the other
   side `ceil`ed) and centred on black padding; it is cut into `tile` px squares, row by row, after
   the base image (the whole image squashed to tile x tile): tiles = 1 + rows x cols;
-- its tokens are the base tile's `side`² features, plus the grid's features with the padding
+- its tokens are the base tile's (`base`: the processor's num_image_tokens, one less with the "default"
+  feature strategy), plus the grid's `side` x `side` features per tile with the padding
   removed (the rounding of the model's `unpad_image`), one newline feature per remaining row, and,
   past `max_patches` tiles' worth of features (`anyres_max_9`, x 1.1), the features the model
   bilinearly shrinks them to: `int(h // ratio) * int(w // ratio)` plus `int(h // ratio)` newlines.
 
 A sample with several images (the processor given one list of images per sample, as
 `apply_chat_template` and LLaVA-OneVision's training do): each image is padded to a square with the
-image mean's colour, resized to one tile, and costs `side`² + 1 (its newline) tokens.
+image mean's colour, resized to one tile, and costs `base` + 1 (its newline) tokens.
 
 The features of each image are the image token repeated (the model inserts its newline embedding
-itself); the "default" feature strategy drops one (`drop`). All from the stored width and height.
+itself). All from the stored width and height.
 """
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ class LlavaOnevisionPolicy(TiledPolicy):
     side: int = 27                                  # features per tile side (sqrt(num_image_tokens))
     pinpoints: tuple = DEFAULT_PINPOINTS            # (height, width) resolutions, tile multiples
     max_patches: int = 9                            # anyres_max_N
-    drop: int = 0                                   # 1 with the "default" feature strategy
+    base: int = 729                                 # the base tile's tokens: num_image_tokens (- 1, "default")
     pad_color: tuple = (122, 116, 104)              # int(mean * 255): the multi-image square padding
 
     def __post_init__(self) -> None:
@@ -115,14 +116,13 @@ class LlavaOnevisionPolicy(TiledPolicy):
         small_w = np.floor_divide(cur_w, safe).astype(np.int64)
         feat_h = np.where(big, small_h, cur_h)
         feat_w = np.where(big, small_w, cur_w)
-        return feat_h * feat_w + feat_h + g * g - self.drop
+        return feat_h * feat_w + feat_h + self.base
 
     def tokens(self, width, height, images=None) -> np.ndarray:
         single = self._single_tokens(width, height)
         if images is None:
             return single
-        g = self.side
-        return np.where(np.asarray(images).reshape(-1) == 1, single, g * g + 1 - self.drop)
+        return np.where(np.asarray(images).reshape(-1) == 1, single, self.base + 1)
 
     def tiles(self, width, height, images=None) -> np.ndarray:
         rows, cols = self._tile_grid(width, height)

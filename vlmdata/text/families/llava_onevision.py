@@ -65,16 +65,17 @@ class LlavaOnevisionFamily(ModelFamily):
         if not aspect.startswith("anyres_max_") or not aspect[len("anyres_max_"):].isdigit():
             raise ConfigError(f"{self.folder.path}: vision_aspect_ratio {aspect!r} is not supported (vlmdata "
                               "lays out LLaVA-OneVision's anyres_max_N)")
-        if tower != tile or side != tile // patch or (features and side * side != int(features)):
+        if tower != tile or side != tile // patch:
             raise ConfigError(f"{self.folder.path}: {tile} px tiles, a {tower} px vision tower with patch {patch} "
                               f"and num_image_tokens {features} do not agree (LLaVA-OneVision: "
-                              "num_image_tokens = (image_size / patch)^2, tiles of image_size)")
+                              "sqrt(num_image_tokens) = image_size / patch, tiles of image_size)")
         mean = tuple(pp.get("image_mean", CLIP_MEAN))
         token = proc.get("image_token") or "<image>"
         policy = {"kind": "llava_onevision", "tile": tile, "patch": patch, "merge": 1,
                   "image_token_id": self.token_id(token), "side": side,
                   "pinpoints": [[int(a), int(b)] for a, b in pins], "max_patches": int(aspect[len("anyres_max_"):]),
-                  "drop": 1 if strategy == "default" else 0, "pad_color": [int(m * 255) for m in mean]}
+                  "base": int(features or side * side) - (1 if strategy == "default" else 0),
+                  "pad_color": [int(m * 255) for m in mean]}
         return VisionSpec(
             image_token=token, image_token_id=self.token_id(token), vision_start_id=None, vision_end_id=None,
             patch_size=patch, merge_size=1, temporal_patch_size=1, image_mean=mean,
