@@ -276,11 +276,15 @@ def tiled_adapter_class(family: str) -> type:
 
     name = f"vlmdata.hf.{family.replace('-', '_').replace('.', '_')}_adapter"
     try:
-        return importlib.import_module(name).ADAPTER
+        module = importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name != name:
             raise
-    return TiledAdapter
+        return TiledAdapter
+    cls = getattr(module, "ADAPTER", None)
+    if not (isinstance(cls, type) and issubclass(cls, TiledAdapter)):
+        raise AdapterError(f"{name} must name its TiledAdapter subclass ADAPTER")
+    return cls
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
