@@ -10,9 +10,10 @@ checkpoints' image processor settings (transformers' defaults, mean/std 0.5). On
 images (opened once as `load_image` opens them): the processor's `__call__` against the policy's
 `pixels` (the uint8 tiles a DataLoader worker puts in the pack; the adapter normalises them on the
 device), and with the normalisation run on the CPU as well; from the encoded bytes: `load_image` +
-processor against `ExactDecoder.decode`. --workers processes (fork) each take a slice; the paths take
-turns round by round; the median round's images per wall second is reported, with each path's ratio
-to the processor. The exact tiles' largest difference from the processor's `pixel_values` is checked.
+processor against `ExactDecoder.decode` and the fast mode (`PillowDecoder`: bilinear). --workers
+processes (fork) each take a slice; the paths take turns round by round; the median round's images
+per wall second is reported, with each path's ratio to the processor; then each mode's deviation from
+the processor's `pixel_values` (max, mean, PSNR).
 
 Planning: `tokens(width, height)` of --sizes random sizes (1-5,000 px) in one call, images per second
 of wall and of CPU time (the machine is shared), against the processor's own count
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import multiprocessing
 import os
 import platform
@@ -39,7 +41,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from vlmdata.decode import ExactDecoder, make_policy  # noqa: E402
+from vlmdata.decode import ExactDecoder, PillowDecoder, make_policy  # noqa: E402
 from vlmdata.hf import clip_pixels  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
 from vlmdata.testing import corpus_images, generator_script, write_report  # noqa: E402
@@ -67,7 +69,8 @@ def _one(path: str, j: int):
     if path == "hf load_image + processor (bytes)":
         return ip(images=[_opened(_STATE["data"][j])], return_tensors="pt")["pixel_values"]
     if path.endswith("(bytes)"):
-        tiles = _STATE["exact"].decode([_STATE["data"][j]], [_STATE["sizes"][j]], policy, [1])[0]
+        decoder = _STATE["fast" if path.startswith("vlmdata fast") else "exact"]
+        tiles = decoder.decode([_STATE["data"][j]], [_STATE["sizes"][j]], policy, [1])[0]
     else:
         tiles = policy.pixels(_STATE["opened"][j], int(ip.resample))
     return _normalised(tiles) if "CPU-normalised" in path else tiles
@@ -79,7 +82,7 @@ def _work(path: str, idx: list[int]) -> int:
 
 
 PATHS = ("hf processor (decoded)", "vlmdata exact, worker (decoded)", "vlmdata exact, CPU-normalised (decoded)",
-         "hf load_image + processor (bytes)", "vlmdata exact, worker (bytes)")
+         "hf load_image + processor (bytes)", "vlmdata exact, worker (bytes)", "vlmdata fast, worker (bytes)")
 
 
 def pixel_rates(workers: int, rounds: int, n: int) -> dict[str, float]:
@@ -96,13 +99,17 @@ def pixel_rates(workers: int, rounds: int, n: int) -> dict[str, float]:
     return {p: statistics.median(v) for p, v in seen.items()}
 
 
-def worst_difference(n: int) -> float:
-    """Largest |vlmdata exact - processor| over the corpus's normalised pixel_values."""
-    worst = 0.0
+def deviation(path: str, n: int) -> dict[str, float]:
+    """`path`'s normalised pixel_values against the processor's over the corpus: max and mean |difference|,
+    PSNR of the [0, 1] images."""
+    worst, total, sq, count = 0.0, 0.0, 0.0, 0
     for j in range(n):
-        got, want = _normalised(_one("vlmdata exact, worker (bytes)", j)), _one("hf load_image + processor (bytes)", j)
-        worst = max(worst, float((got - want[0]).abs().max()))
-    return worst
+        got, want = _normalised(_one(path, j)), _one("hf load_image + processor (bytes)", j)[0]
+        d = (got - want).abs()
+        worst, total, count = max(worst, float(d.max())), total + float(d.sum()), count + d.numel()
+        sq += float(((d * torch.tensor(_STATE["proc"].image_std).view(1, 3, 1, 1)) ** 2).sum())
+    mse = sq / count
+    return {"max": worst, "mean": total / count, "psnr": math.inf if mse == 0 else 10 * math.log10(1 / mse)}
 
 
 def planner_rates(policy, processor, n: int) -> dict[str, float]:
@@ -134,7 +141,7 @@ def processor_of(image_processor):
                video_processor=None, num_image_tokens=729, vision_feature_select_strategy="full")
 
 
-def report(args, n: int, tiles: int, r: dict, worst: float, plan: dict, machine: str) -> str:
+def report(args, n: int, tiles: int, r: dict, dev: dict, plan: dict, machine: str) -> str:
     import PIL
     import transformers
 
@@ -149,7 +156,9 @@ def report(args, n: int, tiles: int, r: dict, worst: float, plan: dict, machine:
              "| path | images/s | / processor |", "|---|---|---|"]
     for p, v in r.items():
         lines.append(f"| {p} | {v:.1f} | x{v / base['bytes' if p.endswith('(bytes)') else 'decoded']:.2f} |")
-    lines += ["", f"Exact tiles' largest difference from the processor's normalised pixel_values: {worst:.3g}.", "",
+    lines += ["", "| mode | max abs | mean abs | PSNR (rescaled) |", "|---|---|---|---|"]
+    lines += [f"| {m} | {d['max']:.3g} | {d['mean']:.3g} | {d['psnr']:.1f} dB |" for m, d in dev.items()]
+    lines += ["",
               f"Planning: tokens() of {args.sizes:,} random sizes: {plan['wall'] / 1e6:.2f} M images/s wall, "
               f"{plan['cpu'] / 1e6:.2f} M images/s of CPU time (one core); the processor's own count "
               f"(_get_num_multimodal_tokens): {plan['processor'] / 1e3:.1f} k images/s "
@@ -176,14 +185,15 @@ def main(argv: list[str] | None = None) -> int:
     ip = LlavaOnevisionImageProcessorPil(image_mean=[0.5] * 3, image_std=[0.5] * 3)
     policy = make_policy({"kind": "llava_onevision", "pinpoints": ip.image_grid_pinpoints, "image_token_id": 1,
                           "pad_color": [int(m * 255) for m in ip.image_mean]})
-    _STATE.update(proc=ip, policy=policy, exact=ExactDecoder(resample=int(ip.resample)), data=data, sizes=sizes,
-                  opened=[_opened(b) for b in data])
+    _STATE.update(proc=ip, policy=policy, exact=ExactDecoder(resample=int(ip.resample)), fast=PillowDecoder(),
+                  data=data, sizes=sizes, opened=[_opened(b) for b in data])
     machine = f"{cpu_model()} ({os.cpu_count()} cores)"
     tiles = int(policy.tiles(np.asarray([w for w, _ in sizes]), np.asarray([h for _, h in sizes])).sum())
     print(f"{len(data)} images, {tiles} tiles; {machine}")
     plan = planner_rates(policy, processor_of(ip), args.sizes)
     r = pixel_rates(args.workers, args.rounds, len(data))
-    text = report(args, len(data), tiles, r, worst_difference(len(data)), plan, machine)
+    dev = {mode: deviation(f"vlmdata {mode}, worker (bytes)", len(data)) for mode in ("exact", "fast")}
+    text = report(args, len(data), tiles, r, dev, plan, machine)
     print(text)
     write_report(text, args.out)
     return 0
