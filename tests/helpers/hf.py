@@ -13,7 +13,8 @@
   (`references(..., exact=True)`: the processor-exact decoder, the processor
   given the original files).
 - `qwen3_processor` / `write_qwen3_folder`: the same for Qwen3-VL (patch 16,
-  mean/std 0.5; `Qwen3VLProcessor`, `Qwen3VLConfig`).
+  mean/std 0.5; `Qwen3VLProcessor`, `Qwen3VLConfig`); `qwen2_5_processor` /
+  `write_qwen2_5_folder` for Qwen2.5-VL (windowed vision attention).
 """
 from __future__ import annotations
 
@@ -79,6 +80,16 @@ def qwen3_processor():
 
     tok = word_tokenizer(QWEN_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>")
     return _unchecked(Qwen3VLProcessor)(image_processor=qwen3_image_processor(), tokenizer=tok)
+
+
+def qwen2_5_processor():
+    """Qwen2.5-VL's processor (Qwen2-VL's image processor settings and token layout)."""
+    from transformers.models.qwen2_5_vl import Qwen2_5_VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    tok = word_tokenizer(QWEN_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>")
+    images = Qwen2VLImageProcessorPil(min_pixels=QWEN_PIXELS[0], max_pixels=QWEN_PIXELS[1])
+    return _unchecked(Qwen2_5_VLProcessor)(image_processor=images, tokenizer=tok)
 
 
 def llava_processor():
@@ -207,6 +218,30 @@ def write_qwen3_folder(path: str, processor=None, pixels: tuple[int, int] = QWEN
     ).save_pretrained(path)
     with open(os.path.join(path, "preprocessor_config.json"), "w") as f:
         json.dump(qwen3_image_processor(pixels).to_dict(), f)
+    return path
+
+
+def write_qwen2_5_folder(path: str, processor=None) -> str:
+    """A tiny Qwen2.5-VL folder: windowed vision attention (one full-attention block), Qwen2-VL's text layout."""
+    import json
+
+    from transformers import Qwen2_5_VLConfig
+
+    processor = processor or qwen2_5_processor()
+    tok = processor.tokenizer
+    ids = tok.convert_tokens_to_ids(["<|image_pad|>", "<|vision_start|>", "<|vision_end|>", "<|video_pad|>"])
+    os.makedirs(path, exist_ok=True)
+    Qwen2_5_VLConfig(
+        text_config=dict(vocab_size=_vocab(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+                         rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 10000.0}),
+        vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=14,
+                           spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64, window_size=56,
+                           fullatt_block_indexes=[1]),
+        image_token_id=ids[0], vision_start_token_id=ids[1], vision_end_token_id=ids[2], video_token_id=ids[3],
+    ).save_pretrained(path)
+    with open(os.path.join(path, "preprocessor_config.json"), "w") as f:
+        json.dump(processor.image_processor.to_dict(), f)
     return path
 
 

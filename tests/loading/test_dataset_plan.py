@@ -42,7 +42,8 @@ def test_workers_of_a_rank_share_one_plan_and_deliver_exactly_once(corpus, conte
         planned = journal(ds)
         n = ds.planner().num_windows
         assert sorted(w for w, _ in planned) == list(range(n))    # each window planned once for the rank's workers
-        assert os.getpid() not in {pid for _, pid in planned}     # ... by the workers, not the training process
+        assert {w for w, pid in planned if pid == os.getpid()} == {0}   # the first by the training process (warm
+        #                                                                 start), the rest by the workers
     assert sorted(got) == all_keys                                # exactly once over both ranks
 
 
@@ -70,7 +71,9 @@ def test_resume_states_name_a_window_and_resuming_plans_from_it(corpus):
     rest = list(make_loader(fresh, num_workers=2))
     assert keys(rest) == keys(whole[cut:])
     assert [b["state"]["cursor"] for b in rest] == [b["state"]["cursor"] for b in whole[cut:]]
-    assert min(w for w, _ in journal(fresh)) >= k - 1           # no window far before the resume point planned
+    early = [w for w, pid in journal(fresh) if w < k - 1]
+    assert early == [0] * len(early) and len(early) <= 1       # no window far before the resume point planned
+    #                                                             (window 0: the warm start before the state came)
     fresh.set_epoch(1)
     assert "window" not in fresh.state_dict()
 
@@ -83,3 +86,31 @@ def test_private_share_is_made_before_workers_and_removed_with_the_dataset(corpu
     list(make_loader(ds, num_workers=1))
     ds._plan_share.close()
     assert not os.path.exists(share_root)
+
+
+def test_a_windows_first_pack_does_not_wait_for_the_next_windows_plan(corpus):
+    """The next window is planned right after a window's first pack (to announce its exact reads),
+    not before it: the cold start plans one window."""
+    root, all_keys = corpus
+    ds = dataset(root, window_shards=2, warm_start=False)
+    assert journal(ds) == []                                           # nothing planned before iterating
+    n = ds.planner().num_windows
+    assert n >= 3
+    it = iter(ds)
+    first = next(it)
+    assert first["sample_keys"] and sorted(w for w, _ in journal(ds)) == [0]
+    second = next(it)
+    assert sorted(w for w, _ in journal(ds)) == [0, 1]                 # planned after the first pack
+    rest = [b for b in it]
+    assert sorted(keys([first, second, *rest])) == all_keys            # still exactly once
+
+
+def test_warm_start_plans_the_first_window_in_the_background_once(corpus):
+    root, all_keys = corpus
+    ds = dataset(root)
+    ds.planner()                                                       # waits for the warm-start thread
+    assert journal(ds) == [(0, os.getpid())]
+    got = keys(make_loader(ds, num_workers=2))
+    planned = journal(ds)
+    assert sorted(got) == all_keys
+    assert sorted(w for w, _ in planned) == list(range(ds.planner().num_windows))   # window 0 not planned again

@@ -19,6 +19,8 @@ from vlmdata.ingest.layouts import parse_columns
 from vlmdata.ingest.readers import INPUT_FORMAT_ALIASES, INPUT_FORMATS
 from vlmdata.ingest.records import ColumnSpec
 from vlmdata.ingest.shard import ShardConfig, shard_dataset
+from vlmdata.ingest.video import DEFAULT_MAX_VIDEO_BYTES
+from vlmdata.video.probe import ClipLimits
 
 
 def register(subparsers) -> None:
@@ -64,6 +66,17 @@ def register(subparsers) -> None:
                    help="decode (default): keep an image exactly when the loader's decoder decodes it (JPEGs at "
                         "1/8 scale, cheap); strict: also refuse JPEGs libjpeg warns about; none: header checks "
                         "only (bad bodies are left for the loader to count)")
+    p.add_argument("--max-video-bytes", type=parse_size, default=DEFAULT_MAX_VIDEO_BYTES,
+                   help="skip video clips larger than this, e.g. 512M (default 1G); never read past it")
+    p.add_argument("--max-video-seconds", type=float, default=ClipLimits.max_duration_s,
+                   help=f"skip longer clips (declared or measured) as video_too_long (default "
+                        f"{ClipLimits.max_duration_s:g})")
+    p.add_argument("--max-video-pixels", type=int, default=ClipLimits.max_frame_pixels,
+                   help="skip clips with larger frames as video_too_large, read from the header (default 8192^2)")
+    p.add_argument("--max-video-frames", type=int, default=ClipLimits.max_frames,
+                   help=f"skip clips with more frames as video_too_long (default {ClipLimits.max_frames})")
+    p.add_argument("--max-probe-seconds", type=float, default=ClipLimits.max_probe_s,
+                   help=f"skip a clip whose probe takes longer as bad_video (default {ClipLimits.max_probe_s:g})")
     p.add_argument("--image-root", default=None,
                    help="directory relative image references resolve against; rows may only read files under it "
                         "(default: each input's own directory)")
@@ -108,7 +121,10 @@ def run(args: argparse.Namespace) -> int:
                       allow_remote=args.allow_remote,
                       allow_hosts=tuple(h.strip() for arg in args.allow_host for h in arg.split(",") if h.strip()),
                       max_image_bytes=args.max_image_bytes, remote_timeout=args.remote_timeout, verify=args.verify,
-                      dedup_against=args.dedup_against, max_skip_fraction=args.max_skip_fraction)
+                      dedup_against=args.dedup_against, max_skip_fraction=args.max_skip_fraction,
+                      max_video_bytes=args.max_video_bytes, max_video_seconds=args.max_video_seconds,
+                      max_video_pixels=args.max_video_pixels, max_video_frames=args.max_video_frames,
+                      max_probe_seconds=args.max_probe_seconds)
     interval = max(0.0, args.progress_interval)
 
     def report(manifest, dt: float) -> None:

@@ -5,6 +5,8 @@ A sample with key K is stored as consecutive tar members:
     K.json        the source record (id, conversations or caption, provenance), UTF-8 JSON
     K.tok.npy     int32 array of shape (2, T): token ids (one IMAGE id per image) and loss flags
     K.0.jpg ...   the images in order, original bytes (or re-encoded when asked), any extension
+    K.v0.mp4 ...  the video clips in order, original bytes (mp4, mov, webm, mkv), each followed by
+    K.v0.clip.json  its probe (`vlmdata.video.ClipInfo.to_dict()`: frame times, keyframes, size, rotation)
 
 Keys never contain '.' (the webdataset library splits the key from the
 extension at the first dot) and stay short enough for a ustar header.
@@ -16,7 +18,7 @@ import io
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -90,12 +92,35 @@ class EncodedImage:
     height: int
 
 
+@dataclass
+class EncodedVideo:
+    """A clip ready to be written: its original bytes, extension and probe (`ClipInfo.to_dict()`)."""
+
+    data: bytes
+    ext: str
+    info: dict
+
+
+@dataclass
+class StoredVideo:
+    """A clip read back: its bytes (a view of the shard buffer) and its probe dict."""
+
+    data: memoryview | bytes
+    info: dict
+
+
 def write_sample(writer: TarShardWriter, builder: IndexBuilder, key: str, meta: dict,
-                 tokens: np.ndarray, images: list[EncodedImage], image_token_id: int) -> None:
-    """Write one sample's members and add its index row."""
+                 tokens: np.ndarray, images: list[EncodedImage], image_token_id: int,
+                 videos: list[EncodedVideo] = (), video_token_id: int | None = None) -> None:
+    """Write one sample's members and add its index row (videos need the `video_token_id` the tokens hold
+    once per clip)."""
     n_placeholders = int((tokens[0] == image_token_id).sum())
     if n_placeholders != len(images):
         raise ValueError(f"sample {key}: {n_placeholders} image placeholders for {len(images)} images")
+    if videos:
+        n_video = int((tokens[0] == video_token_id).sum()) if video_token_id is not None else 0
+        if n_video != len(videos):
+            raise ValueError(f"sample {key}: {n_video} video placeholders for {len(videos)} videos")
     start = writer.offset
     meta_loc = writer.add(f"{key}.json", json.dumps(meta, ensure_ascii=False).encode("utf-8"))
     tok_loc = writer.add(f"{key}.tok.npy", tokens_to_npy(tokens))
@@ -103,9 +128,14 @@ def write_sample(writer: TarShardWriter, builder: IndexBuilder, key: str, meta: 
     for j, im in enumerate(images):
         loc = writer.add(f"{key}.{j}.{im.ext}", im.data)
         image_rows.append((loc.data, loc.size, im.width, im.height))
+    video_rows = []
+    for j, clip in enumerate(videos):
+        loc = writer.add(f"{key}.v{j}.{clip.ext}", clip.data)
+        info = writer.add(f"{key}.v{j}.clip.json", json.dumps(clip.info).encode("utf-8"))
+        video_rows.append((loc.data, loc.size, info.data, info.size, clip.info))
     builder.add(key, offset=start, span=writer.offset - start, tok=(tok_loc.data, tok_loc.size),
-                meta=(meta_loc.data, meta_loc.size), text_tokens=tokens.shape[1] - len(images),
-                images=image_rows)
+                meta=(meta_loc.data, meta_loc.size), text_tokens=tokens.shape[1] - len(images) - len(videos),
+                images=image_rows, videos=video_rows)
 
 
 @dataclass
@@ -117,6 +147,7 @@ class SampleRecord:
     images: list                  # encoded image bytes (memoryview) or decoded uint8 arrays (memmap)
     sizes: list[tuple[int, int]]  # (width, height) per image, from the index
     meta_view: memoryview | None = None
+    videos: list[StoredVideo] = field(default_factory=list)   # clips in order (none in image-only shards)
 
     @property
     def meta(self) -> dict | None:
@@ -126,8 +157,9 @@ class SampleRecord:
         """A copy holding its own bytes: nothing in it is a view of the shard buffer it was read from."""
         images = [np.array(im) if isinstance(im, np.ndarray) else bytes(im) for im in self.images]
         meta = None if self.meta_view is None else memoryview(bytes(self.meta_view))
+        videos = [StoredVideo(bytes(v.data), v.info) for v in self.videos]
         return SampleRecord(key=self.key, tokens=np.array(self.tokens), images=images, sizes=list(self.sizes),
-                            meta_view=meta)
+                            meta_view=meta, videos=videos)
 
 
 TextDecoder = Callable[[memoryview, int], np.ndarray]  # (text member, n_images) -> (2, T)
@@ -171,4 +203,12 @@ def read_sample(buf, index: SampleIndex, i: int, with_meta: bool = False,
     meta = None
     if with_meta and index.meta_offset[i] >= 0:
         meta = member_bytes(buf, int(index.meta_offset[i]), int(index.meta_size[i]))
-    return SampleRecord(key=index.key[i].decode("utf-8"), tokens=tokens, images=images, sizes=sizes, meta_view=meta)
+    return SampleRecord(key=index.key[i].decode("utf-8"), tokens=tokens, images=images, sizes=sizes, meta_view=meta,
+                        videos=_stored_videos(buf, index, i))
+
+
+def _stored_videos(buf, index: SampleIndex, i: int) -> list[StoredVideo]:
+    v = index.videos
+    sl = v.video_slice(i)
+    return [StoredVideo(member_bytes(buf, int(o), int(s)), json.loads(bytes(member_bytes(buf, int(io_), int(is_)))))
+            for o, s, io_, is_ in zip(v.vid_offset[sl], v.vid_size[sl], v.vid_info_offset[sl], v.vid_info_size[sl])]

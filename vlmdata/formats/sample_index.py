@@ -10,7 +10,7 @@ per sample (length N)
   tok_size       i8  its size in bytes (memmap: number of tokens)
   meta_offset    i8  data offset of the `.json` member (-1 when absent)
   meta_size      i8
-  text_tokens    i4  token count, image placeholders excluded
+  text_tokens    i4  token count, image (and video) placeholders excluded
   n_images       i2
   image_start    i8  index of the sample's first image in the per-image arrays
 
@@ -18,6 +18,10 @@ per image (length M = n_images.sum())
   img_offset     i8  data offset of the image member (memmap: row in the image array)
   img_size       i8  its size in bytes
   width, height  i4  read from the image header at shard time (original pixels)
+
+per video (only in shards that hold clips: `formats.video_index`)
+  n_videos, video_start, vid_*   where each clip and its probe member live, and its size, rotation,
+                                 frames, duration and frame rate
 
 the shard it describes (absent in indices written before it existed)
   shard          i8 (2,)  the shard file's size in bytes and its CRC32 (the manifest's `bytes` and `crc32`),
@@ -32,6 +36,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from vlmdata import fsutil
+from vlmdata.formats.video_index import VideoColumns, VideoColumnsBuilder
 
 _NPY_PARSE_LOCK = threading.Lock()
 
@@ -64,6 +69,11 @@ class SampleIndex:
     height: np.ndarray
     shard_bytes: int | None = None    # the shard this index describes: its size and CRC32 (None: not recorded)
     shard_crc32: int | None = None
+    videos: VideoColumns | None = None  # the clips' columns (None: built without; read as no clips)
+
+    def __post_init__(self) -> None:
+        if self.videos is None:
+            self.videos = VideoColumns.empty(len(self.key))
 
     def __len__(self) -> int:
         return len(self.key)
@@ -92,6 +102,7 @@ class SampleIndex:
         expected_start = np.concatenate([[0], np.cumsum(self.n_images, dtype=np.int64)[:-1]]) if n else np.zeros(0)
         if not np.array_equal(self.image_start, expected_start):
             raise ValueError("index image_start does not match n_images")
+        self.videos.validate(n)
 
     def describes(self, shard_bytes: int, shard_crc32: int) -> SampleIndex:
         """Record the size and CRC32 of the shard this index describes (returns self)."""
@@ -103,6 +114,7 @@ class SampleIndex:
         cols = {name: getattr(self, name) for name in _COLUMNS}
         if self.shard_bytes is not None and self.shard_crc32 is not None:
             cols["shard"] = np.asarray([self.shard_bytes, self.shard_crc32], dtype=np.int64)
+        cols.update(self.videos.columns())
         np.savez(buf, **cols)
         return buf.getvalue()
 
@@ -114,7 +126,8 @@ class SampleIndex:
         # fetched by thread pools, so parsing is serialised. Parsing is ~50 us.
         with _NPY_PARSE_LOCK, np.load(io.BytesIO(data), allow_pickle=False) as z:
             shard = z["shard"].tolist() if "shard" in z.files else [None, None]
-            return cls(**{name: z[name] for name in _COLUMNS}, shard_bytes=shard[0], shard_crc32=shard[1])
+            return cls(**{name: z[name] for name in _COLUMNS}, shard_bytes=shard[0], shard_crc32=shard[1],
+                       videos=VideoColumns.from_npz(z, len(z["key"])))
 
     def save(self, url: str, storage_options: dict | None = None) -> None:
         fsutil.atomic_write_bytes(url, self.to_bytes(), storage_options)
@@ -125,7 +138,7 @@ class SampleIndex:
         return cls.from_bytes(fsutil.read_bytes(url, storage_options, retry))
 
 
-_COLUMNS = tuple(f.name for f in fields(SampleIndex) if f.name not in ("shard_bytes", "shard_crc32"))
+_COLUMNS = tuple(f.name for f in fields(SampleIndex) if f.name not in ("shard_bytes", "shard_crc32", "videos"))
 
 
 class IndexBuilder:
@@ -135,10 +148,13 @@ class IndexBuilder:
         self._samples: dict[str, list] = {f: [] for f in SAMPLE_FIELDS}
         self._images: dict[str, list] = {f: [] for f in IMAGE_FIELDS}
         self._keys: list[bytes] = []
+        self._videos = VideoColumnsBuilder()
 
     def add(self, key: str, *, offset: int, span: int, tok: tuple[int, int], meta: tuple[int, int],
-            text_tokens: int, images: list[tuple[int, int, int, int]]) -> None:
-        """Add one sample; `images` holds (offset, size, width, height) per image."""
+            text_tokens: int, images: list[tuple[int, int, int, int]],
+            videos: list[tuple[int, int, int, int, dict]] = ()) -> None:
+        """Add one sample; `images` holds (offset, size, width, height) per image, `videos` (offset, size,
+        probe offset, probe size, ClipInfo dict) per clip."""
         self._keys.append(key.encode("utf-8"))
         row = dict(offset=offset, span=span, tok_offset=tok[0], tok_size=tok[1], meta_offset=meta[0],
                    meta_size=meta[1], text_tokens=text_tokens, n_images=len(images),
@@ -150,6 +166,7 @@ class IndexBuilder:
             self._images["img_size"].append(size)
             self._images["width"].append(w)
             self._images["height"].append(h)
+        self._videos.add(list(videos))
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -158,7 +175,7 @@ class IndexBuilder:
         cols = {f: np.asarray(v, dtype=t) for f, t in SAMPLE_FIELDS.items() for v in [self._samples[f]]}
         cols.update({f: np.asarray(v, dtype=t) for f, t in IMAGE_FIELDS.items() for v in [self._images[f]]})
         key = np.asarray(self._keys, dtype=bytes) if self._keys else np.zeros(0, dtype="S1")
-        idx = SampleIndex(key=key, **cols)
+        idx = SampleIndex(key=key, **cols, videos=self._videos.build())
         idx.validate()
         return idx
 

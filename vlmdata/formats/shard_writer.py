@@ -13,7 +13,7 @@ import numpy as np
 from vlmdata import fsutil
 from vlmdata.formats.dali_idx import Member, format_index
 from vlmdata.formats.manifest import ShardInfo
-from vlmdata.formats.sample import EncodedImage, write_sample
+from vlmdata.formats.sample import EncodedImage, EncodedVideo, write_sample
 from vlmdata.formats.sample_index import IndexBuilder
 from vlmdata.formats.tar_writer import MemberLocation, TarShardWriter
 
@@ -55,9 +55,11 @@ def shard_names(stem: str) -> tuple[str, str, str]:
     return f"{stem}.tar", f"{stem}.index.npz", f"{stem}.idx"
 
 
-def sample_bytes_estimate(meta: bytes, tokens: np.ndarray, images: list[EncodedImage]) -> int:
+def sample_bytes_estimate(meta: bytes, tokens: np.ndarray, images: list[EncodedImage],
+                          videos: list[EncodedVideo] = ()) -> int:
     """Upper bound of the tar bytes one sample adds (headers and padding included)."""
     sizes = [len(meta), tokens.nbytes + 128] + [len(im.data) for im in images]
+    sizes += [n for v in videos for n in (len(v.data), 64 + 24 * (len(v.info["frame_pts"]) + len(v.info["keyframes"])))]
     return sum(512 + (s + 511) // 512 * 512 for s in sizes)
 
 
@@ -65,12 +67,13 @@ class WdsPartWriter:
     """One WebDataset tar shard with its SampleIndex and DALI index."""
 
     def __init__(self, root: str, stem: str, image_token_id: int, storage_options: dict | None = None,
-                 fsync: bool = True):
+                 fsync: bool = True, video_token_id: int | None = None):
         self.root = root
         self.fsync = fsync
         self.stem = stem
         self.storage_options = storage_options or {}
         self.image_token_id = image_token_id
+        self.video_token_id = video_token_id
         self.tar_name, self.index_name, self.idx_name = shard_names(stem)
         self._file = fsutil.AtomicLocalFile(fsutil.join(root, self.tar_name), self.storage_options, fsync)
         self._crc = CrcFile(self._file.file)
@@ -85,9 +88,11 @@ class WdsPartWriter:
     def __len__(self) -> int:
         return len(self._builder)
 
-    def add(self, key: str, meta: dict, tokens: np.ndarray, images: list[EncodedImage]) -> None:
+    def add(self, key: str, meta: dict, tokens: np.ndarray, images: list[EncodedImage],
+            videos: list[EncodedVideo] = ()) -> None:
         first = len(self._tar.members)
-        write_sample(self._tar, self._builder, key, meta, tokens, images, self.image_token_id)
+        write_sample(self._tar, self._builder, key, meta, tokens, images, self.image_token_id, videos,
+                     self.video_token_id)
         self._samples.append(self._tar.members[first:])
 
     def close(self) -> ShardInfo:

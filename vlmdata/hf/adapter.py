@@ -31,6 +31,9 @@ What reaches `forward` (pack mode; B = 1, T tokens, N patches, n images):
 | `cu_seq_lens_q/k`, `max_length_q/k` | int32 [n+1], int | int32 [n+1], int |
 | `attention_mask` | [1, 1, T, T] for sdpa/eager | [1, 1, T, T] for sdpa/eager |
 
+The generic family (`ProcessorAdapter`) gives `input_ids`, `labels`, 1-D `position_ids`, the boundaries and
+mask, and exactly the keys its processor returns for the pack's images (`pixel_values`, `image_sizes`, ...).
+
 Packs without images carry no image keys (the model then runs text only).
 Bucket-mode packs ([B, L] rows padded to the longest, with a 2-D
 `attention_mask`) keep the padded layout: the model's own padded path applies,
@@ -44,13 +47,15 @@ from __future__ import annotations
 
 import torch
 
+from vlmdata.decode.tiling.processor import PROCESSOR_PREFIX
 from vlmdata.errors import AdapterError
 from vlmdata.hf.boundaries import MASKED, attention_kind, block_causal_mask, flash_kwargs
 from vlmdata.hf.mrope import mrope_position_ids
 from vlmdata.hf.pixels import clip_pixels, fixed_to_patches, qwen_patches
 from vlmdata.hf.spec import ModelSpec
 
-__all__ = ["META_KEY", "HFBatchAdapter", "LlavaAdapter", "Qwen3VLAdapter", "QwenVLAdapter", "TiledAdapter",
+__all__ = ["META_KEY", "HFBatchAdapter", "LlavaAdapter", "ProcessorAdapter", "Qwen3VLAdapter", "QwenVLAdapter",
+           "TiledAdapter",
            "make_adapter", "take_meta", "text_attention", "tiled_adapter_class"]
 
 META_KEY = "vlmdata"
@@ -260,8 +265,32 @@ class TiledAdapter(HFBatchAdapter):
         return clip_pixels(pixels, int(spec.policy["tile"]), spec.image_mean, spec.image_std, dtype)
 
 
+class ProcessorAdapter(HFBatchAdapter):
+    """The generic family (`decode.tiling.processor`): the model gets exactly what its processor returns for
+    the pack's images: `pixel_values` (already normalised by the image processor, float32: 4x the bytes of
+    the native families' uint8 across the DataLoader) and the pack's `processor_<key>` fields under the
+    processor's names (e.g. `image_sizes`); 1-D positions restarting per sample."""
+
+    family = ("generic",)
+
+    def images(self, pack: dict) -> dict:
+        if "pixel_values" not in pack:
+            return {}
+        out = {"pixel_values": pack["pixel_values"]}
+        out.update({k[len(PROCESSOR_PREFIX):]: v for k, v in pack.items() if k.startswith(PROCESSOR_PREFIX)})
+        return out
+
+    def positions(self, pack: dict, host: dict) -> torch.Tensor:
+        return _rows(pack["position_ids"])
+
+    def normalise(self, pixels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return pixels.to(dtype)
+
+
 def make_adapter(spec: ModelSpec, attn_implementation: str = "sdpa") -> HFBatchAdapter:
     """The adapter of `spec`'s family (a tiled family's: `tiled_adapter_class`)."""
+    if spec.family == "generic":
+        return ProcessorAdapter(spec, attn_implementation)
     if spec.policy is not None:
         return tiled_adapter_class(spec.family)(spec, attn_implementation)
     cls = Qwen3VLAdapter if spec.family == "qwen3-vl" else QwenVLAdapter if spec.is_qwen else LlavaAdapter

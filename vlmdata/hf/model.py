@@ -63,7 +63,8 @@ def _model_class(family: str):
 
     names = {"qwen2-vl": "Qwen2VLForConditionalGeneration", "qwen2.5-vl": "Qwen2_5_VLForConditionalGeneration",
              "qwen3-vl": "Qwen3VLForConditionalGeneration", "llava": "LlavaForConditionalGeneration",
-             "llava-onevision": "LlavaOnevisionForConditionalGeneration"}
+             "llava-onevision": "LlavaOnevisionForConditionalGeneration",
+             "generic": "AutoModelForImageTextToText"}
     return getattr(transformers, names[family])
 
 
@@ -86,7 +87,8 @@ def load_model(path: str, attn_implementation: str = "auto", dtype: torch.dtype 
     else:
         log.info("building %s from %s/config.json, randomly initialised (attention: %s)", spec.family, path, attn)
         config = AutoConfig.from_pretrained(path)
-        model = cls._from_config(config, attn_implementation=impl, dtype=dtype)
+        build = cls.from_config if cls.__name__.startswith("Auto") else cls._from_config   # generic: the auto class
+        model = build(config, attn_implementation=impl, dtype=dtype)
     for config in {id(c): c for c in (model.config, model.config.get_text_config())}.values():
         config.use_cache = False
     if device is not None:

@@ -41,8 +41,9 @@ OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 # config.json model_type -> family name
-FAMILIES = {"qwen2_vl": "qwen2-vl", "qwen2_5_vl": "qwen2.5-vl", "qwen3_vl": "qwen3-vl", "llava": "llava"}
-FAMILIES["llava_onevision"] = "llava-onevision"
+FAMILIES = {"qwen2_vl": "qwen2-vl", "qwen2_5_vl": "qwen2.5-vl", "qwen3_vl": "qwen3-vl", "llava": "llava",
+            "llava_onevision": "llava-onevision",
+            "generic": "generic"}   # generic: any processor transformers knows (text.families.generic)
 QWEN_FAMILIES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
 
 # the processors' defaults (transformers' Qwen2VLImageProcessor and LLaVA-1.5's CLIP processor); Qwen3-VL's
@@ -182,8 +183,7 @@ class ModelSpec:
         model_type = config.get("model_type")
         family = FAMILIES.get(model_type)
         if family is None:
-            raise ConfigError(f"{path}: model_type {model_type!r} has no vlmdata output adapter "
-                              f"(supported: {', '.join(sorted(FAMILIES))})")
+            return cls._generic_from_folder(path, config, model_type)
         if family not in QWEN_FAMILIES and family != "llava":
             return cls._tiled_from_folder(path, config)
         if pre is None:
@@ -202,6 +202,19 @@ class ModelSpec:
         spec = cls.from_family(load_family(path).spec)
         vocab = _text_vocab(config)
         return spec if vocab is None else replace(spec, vocab_size=vocab)
+
+
+    @classmethod
+    def _generic_from_folder(cls, path: str, config: dict, model_type) -> ModelSpec:
+        """The generic family's spec (its processor's rules), or why a folder has no adapter."""
+        from vlmdata.text.families import load_family
+
+        try:
+            family = load_family(path)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: model_type {model_type!r} has no vlmdata output adapter (supported: "
+                              f"{', '.join(sorted(FAMILIES))}), and the generic family cannot serve it: {exc}") from exc
+        return cls._tiled_from_folder(path, config) if family.name == "generic" else cls.from_family(family.spec)
 
 
 def _read_json(path: str, required: bool) -> dict | None:

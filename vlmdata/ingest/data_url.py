@@ -5,8 +5,10 @@ items, LLaVA `image`/`images`, caption and table columns). The payload is base64
 URL-safe alphabet, whitespace and missing padding tolerated) or, without `;base64`, percent-encoded.
 The decoded size is known from the encoded length, so a payload whose bytes would exceed
 `--max-image-bytes` is `file_too_large` before anything is decoded. The media type must be an image
-(`image/*`), `application/octet-stream` or absent; `video/*` is `video_unsupported`; a malformed URL
-is `bad_data_url`. The bytes then pass the same image checks as a file's.
+(`image/*`), `application/octet-stream` or absent; `video/*` in an image reference is `video_unsupported`;
+a malformed URL is `bad_data_url`. The bytes then pass the same image checks as a file's. A video
+reference (`media="video"`) takes `video/*`, `application/octet-stream` or no type; its bytes are probed
+as a clip's.
 """
 from __future__ import annotations
 
@@ -38,16 +40,18 @@ def _media_type(header: str) -> tuple[str, bool]:
     return (params[0].lower() if params else ""), is_b64
 
 
-def decode_data_url(ref: str, max_bytes: int) -> bytes:
-    """The bytes a data URL holds; RowProblem (bad_data_url, video_unsupported, file_too_large) otherwise."""
+def decode_data_url(ref: str, max_bytes: int, kind: str = "image") -> bytes:
+    """The bytes a data URL holds (`kind` "image" or "video": what the reference names); RowProblem
+    (bad_data_url, video_unsupported, file_too_large) otherwise."""
     comma = ref.find(",", 5)
     if comma < 0:
         raise RowProblem(Skip.BAD_DATA_URL, f"data URL {ref[:40]!r}... has no ',' before its data")
     media, is_b64 = _media_type(ref[5:comma])
-    if media.startswith("video/"):
-        raise RowProblem(Skip.VIDEO_UNSUPPORTED, f"data URL of type {media}: videos are not supported yet")
-    if not media.startswith("image/") and media not in _IMAGE_TYPES:
-        raise RowProblem(Skip.BAD_DATA_URL, f"data URL of type {media[:60]!r}, not an image")
+    if kind == "image" and media.startswith("video/"):
+        raise RowProblem(Skip.VIDEO_UNSUPPORTED, f"data URL of type {media} as an image; put clips in a video "
+                                                 "field or item")
+    if not media.startswith(f"{kind}/") and media not in _IMAGE_TYPES:
+        raise RowProblem(Skip.BAD_DATA_URL, f"data URL of type {media[:60]!r}, not an {kind}")
     payload = ref[comma + 1:]
     if is_b64:
         return _base64(payload, max_bytes)

@@ -4,8 +4,10 @@ Counts, histograms of tokens per sample, images per sample and image sizes
 (from the planning columns, read a few thousand shards at a time, so a
 dataset of any size fits in memory; no shard is decoded), how many samples
 are longer than common `max_tokens` budgets (text + image tokens, as the
-loader plans them: `ingest.lengths`), skipped samples by reason with an
-example each, and a few samples rendered as text.
+loader plans them: `ingest.lengths`), for a dataset holding clips their count
+and a histogram of their durations (from the shard indices' video columns),
+skipped samples by reason with an example each, and a few samples rendered as
+text.
 """
 from __future__ import annotations
 
@@ -18,11 +20,13 @@ from vlmdata.formats.sample import read_sample, text_decoder_for
 from vlmdata.formats.sample_index import SampleIndex
 from vlmdata.ingest.lengths import BUDGETS, dataset_policy, iter_planning, length_report
 from vlmdata.ingest.rendering import TokenRenderer
+from vlmdata.keyindex.build import iter_indices
 
 BAR = 40
 TOKEN_EDGES = [0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 IMAGE_EDGES = [0, 1, 2, 3, 5, 9]
 SIZE_EDGES = [0, 128, 256, 512, 768, 1024, 1536, 2048, 4096]
+DURATION_EDGES = [0, 5, 10, 30, 60, 120, 300, 600, 1800, 3600]   # seconds
 
 
 def _bins(edges: list[int]) -> list[int]:
@@ -35,15 +39,21 @@ def histogram(values: np.ndarray, edges: list[int], unit: str) -> list[str]:
     return histogram_lines(np.histogram(values, bins=_bins(edges))[0] if len(values) else None, edges, unit)
 
 
-def histogram_lines(counts: np.ndarray | None, edges: list[int], unit: str) -> list[str]:
-    """Text histogram of counts per bin [edges[i], edges[i+1]) (None or all zero: none)."""
+def histogram_lines(counts: np.ndarray | None, edges: list[int], unit: str, continuous: bool = False) -> list[str]:
+    """Text histogram of counts per bin [edges[i], edges[i+1]) (None or all zero: none); bins of whole
+    numbers are labelled lo-(hi-1), of `continuous` values [lo, hi)."""
     if counts is None or not counts.sum():
         return ["  (none)"]
     bins = _bins(edges)
     top = max(int(counts.max()), 1)
     lines = []
     for lo, hi, c in zip(bins[:-1], bins[1:], counts):
-        label = f">={lo}" if hi == bins[-1] else (str(lo) if hi - 1 == lo else f"{lo}-{hi - 1}")
+        if hi == bins[-1]:
+            label = f">={lo}"
+        elif continuous:
+            label = f"[{lo}, {hi})"
+        else:
+            label = str(lo) if hi - 1 == lo else f"{lo}-{hi - 1}"
         lines.append(f"  {label:>13} {unit:<6} {int(c):>9}  {'#' * int(round(BAR * c / top))}")
     return lines
 
@@ -59,6 +69,30 @@ def _column_histograms(root: str, manifest: Manifest, so: dict) -> tuple[int, di
         counts["images"] += np.histogram(cols["n_images"], bins=_bins(IMAGE_EDGES))[0]
         counts["sizes"] += np.histogram(np.maximum(cols["width"], cols["height"]), bins=_bins(SIZE_EDGES))[0]
     return total, counts
+
+
+def _video_lines(root: str, manifest: Manifest, so: dict) -> list[str]:
+    """Clip count, total and extreme durations and a duration histogram (only for a dataset holding clips:
+    the shard indices are read for their video columns, a few at a time)."""
+    if not manifest.stats.get("videos"):
+        return []
+    counts = np.zeros(len(DURATION_EDGES), np.int64)
+    clips = samples = 0
+    total, shortest, longest = 0.0, float("inf"), 0.0
+    for _, ix in iter_indices(root, manifest.shards, so):
+        v = ix.videos
+        if not v.total:
+            continue
+        clips += v.total
+        samples += int((v.n_videos > 0).sum())
+        total += float(v.vid_duration.sum())
+        shortest, longest = min(shortest, float(v.vid_duration.min())), max(longest, float(v.vid_duration.max()))
+        counts += np.histogram(v.vid_duration, bins=_bins(DURATION_EDGES))[0]
+    if not clips:
+        return []
+    lines = [f"\nvideos: {clips} clips in {samples} samples, {total:.1f} s in all (shortest {shortest:.2f} s, "
+             f"longest {longest:.2f} s)", "video duration (seconds)"]
+    return lines + histogram_lines(counts, DURATION_EDGES, "s", continuous=True)
 
 
 def _one_line(text: str, limit: int = 400) -> str:
@@ -133,6 +167,7 @@ def inspect_dataset(root: str, storage_options: dict | None = None, samples: int
     lines += histogram_lines(counts["images"], IMAGE_EDGES, "img")
     lines.append("\nimage size (longest side, original pixels)")
     lines += histogram_lines(counts["sizes"], SIZE_EDGES, "px")
+    lines += _video_lines(root, m, so)
     lines += _length_lines(root, m, so, max_tokens, image_size)
     lines.append("\nskipped samples by reason")
     skipped = st.get("skipped", {})

@@ -7,8 +7,9 @@ A job is idempotent and deterministic: job i always holds rows
 Every row ends up either written or skipped with a reason
 (rows == written + sum(skipped)): no exception raised while turning one row
 into a sample ends the job (an unexpected type is counted as `bad_row` and
-logged once per type). Image references are read through `ingest.access`
-(the data-access policy and bounded reads).
+logged once per type). Image and clip references are read through `ingest.access`
+(the data-access policy and bounded reads); clips are probed and kept as they are
+(`ingest.video`), and written only for a text encoder that lays out videos.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from vlmdata.formats.memmap import MemmapPartWriter
 from vlmdata.formats.sample import EncodedImage, safe_key
 from vlmdata.formats.shard_writer import WdsPartWriter, sample_bytes_estimate
 from vlmdata.ingest.access import AccessPolicy, read_ref
-from vlmdata.ingest.data_url import elide_data_urls, is_data_url
+from vlmdata.ingest.data_url import decode_data_url, elide_data_urls, is_data_url
 from vlmdata.ingest.hf_datasets import RangedDataset, fill_rows
 from vlmdata.ingest.images import (
     MAX_IMAGES_PER_SAMPLE,
@@ -38,6 +39,13 @@ from vlmdata.ingest.images import (
 )
 from vlmdata.ingest.readers import InputSource, Row
 from vlmdata.ingest.records import ColumnSpec, check_text, normalize
+from vlmdata.ingest.video import (
+    VideoOptions,
+    encodes_video,
+    prepare_video,
+    reject_frame_list,
+    require_video_policy,
+)
 from vlmdata.text.chat_template import TemplateError
 from vlmdata.text.encoder import load_text_encoder
 
@@ -77,6 +85,7 @@ class JobOptions:
     image_size: int | None = None            # memmap only
     max_shard_bytes: int = 1 << 30
     images: ImageOptions = ImageOptions()
+    videos: VideoOptions = VideoOptions()
     tokenizer: str | None = None             # None / "bytes", a tokenizers JSON file, or a model folder
     columns: ColumnSpec = ColumnSpec()
     train_on: str = "assistant"              # model folders: "assistant" | "last" | "all"
@@ -101,6 +110,7 @@ class JobStats:
     rows: int = 0
     written: int = 0
     images: int = 0
+    videos: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     examples: dict[str, dict] = field(default_factory=dict)
     shards: list[dict] = field(default_factory=list)
@@ -136,7 +146,7 @@ class _Sampler:
         self.opts = opts
         self.text = text  # a text.encoder (BuiltinEncoder or a ModelFamily)
 
-    def build(self, row: Row) -> tuple[str, dict, np.ndarray, list, list[tuple[int, int]]]:
+    def build(self, row: Row) -> tuple[str, dict, np.ndarray, list, list[tuple[int, int]], list]:
         if row.error is not None:
             raise RowProblem(Skip.BAD_ROW, row.error)
         if row.duplicate:
@@ -153,7 +163,7 @@ class _Sampler:
             sample.turns = [("user", ""), ("assistant", self._sidecar(sample, root))]
             sample.meta["caption"] = sample.turns[1][1]
         check_text(sample)
-        if any(is_data_url(ref) for ref in sample.images):   # the record keeps no second copy of the images
+        if any(is_data_url(ref) for ref in sample.images + sample.videos):   # no second copy in the record
             sample.meta = elide_data_urls(sample.meta)
         if opts.format == "memmap":   # the memmap writer serialises the record after writing the images
             _serialisable(sample.meta)
@@ -170,17 +180,40 @@ class _Sampler:
                 images.append(im)
                 w, h = im.width, im.height
             sizes.append((w, h))
+        videos = self._videos(sample, root)
+        require_video_policy(self.text, len(videos))
         try:
             tokens = self.text.encode(sample.to_conversation())
         except TemplateError as exc:
             raise RowProblem(Skip.TEMPLATE_ERROR, str(exc)) from None
         except ValueError as exc:
             raise RowProblem(Skip.MARKER_MISMATCH, str(exc)) from None
-        return safe_key(row.id), sample.meta, tokens, images, sizes
+        return safe_key(row.id), sample.meta, tokens, images, sizes, videos
+
+    def _videos(self, sample, root: str) -> list:
+        """The sample's clips, read within --max-video-bytes and probed (a hostile clip: its probe's skip)."""
+        if sample.videos and self.opts.format == "memmap":
+            raise RowProblem(Skip.VIDEO_UNSUPPORTED, "memmap shards store no clips; use --format wds")
+        for ref in sample.videos:
+            reject_frame_list(ref)
+        access = replace(self.opts.access, max_bytes=self.opts.videos.max_bytes)
+        out = []
+        for ref in sample.videos:
+            try:
+                data = decode_data_url(ref, access.max_bytes, "video") if is_data_url(ref) else \
+                    read_ref(ref, root, access, self.opts.storage_options)
+            except RowProblem as exc:
+                if exc.reason != Skip.FILE_TOO_LARGE:
+                    raise
+                name = "an embedded clip" if not isinstance(ref, str) or is_data_url(ref) else ref
+                raise RowProblem(Skip.FILE_TOO_LARGE, f"{name}: larger than --max-video-bytes "
+                                                      f"{access.max_bytes}") from None
+            out.append(prepare_video(data, ref, self.opts.videos))
+        return out
 
     def _sidecar(self, sample, root: str) -> str:
         if sample.caption_file is None:
-            raise RowProblem(Skip.MISSING_TEXT, f"no sidecar .txt for {sample.images[0]}")
+            raise RowProblem(Skip.MISSING_TEXT, f"no sidecar .txt for {(sample.images + sample.videos)[0]}")
         raw = read_ref(sample.caption_file, root, self.opts.access, self.opts.storage_options)
         try:
             return raw.decode("utf-8").strip()
@@ -191,10 +224,11 @@ class _Sampler:
 class _Parts:
     """The job's shard parts, rolled over by size."""
 
-    def __init__(self, opts: JobOptions, job: int, image_token_id: int):
+    def __init__(self, opts: JobOptions, job: int, image_token_id: int, video_token_id: int | None = None):
         self.opts = opts
         self.job = job
         self.image_token_id = image_token_id
+        self.video_token_id = video_token_id
         self.writer = None
         self.infos: list[ShardInfo] = []
 
@@ -203,13 +237,14 @@ class _Parts:
         if self.opts.format == "memmap":
             return MemmapPartWriter(self.opts.output, stem, self.opts.image_size, self.opts.storage_options,
                                     self.opts.fsync)
-        return WdsPartWriter(self.opts.output, stem, self.image_token_id, self.opts.storage_options, self.opts.fsync)
+        return WdsPartWriter(self.opts.output, stem, self.image_token_id, self.opts.storage_options, self.opts.fsync,
+                             self.video_token_id)
 
-    def add(self, key: str, meta: dict, tokens: np.ndarray, images: list, sizes) -> None:
+    def add(self, key: str, meta: dict, tokens: np.ndarray, images: list, sizes, videos: list = ()) -> None:
         if self.opts.format == "memmap":
             est = sum(im.nbytes for im in images) + tokens.shape[1] * 5 + 1024
         else:
-            est = sample_bytes_estimate(b"x" * 1024, tokens, images)
+            est = sample_bytes_estimate(b"x" * 1024, tokens, images, videos)
         if self.writer is not None and len(self.writer) and self.writer.offset + est > self.opts.max_shard_bytes:
             self.infos.append(self.writer.close())
             self.writer = None
@@ -218,7 +253,7 @@ class _Parts:
         if self.opts.format == "memmap":
             self.writer.add(key, meta, tokens, images, sizes)
         else:
-            self.writer.add(key, meta, tokens, images)
+            self.writer.add(key, meta, tokens, images, videos)
 
     def close(self) -> list[ShardInfo]:
         if self.writer is not None and len(self.writer):
@@ -257,26 +292,27 @@ def run_job(spec: JobSpec, opts: JobOptions, report: Callable[[int, int], None] 
     text = load_text_encoder(opts.tokenizer, opts.train_on, opts.family)
     sampler = _Sampler(opts, text)
     stats = JobStats(job=spec.job, rows=len(spec.rows))
-    parts = _Parts(opts, spec.job, text.image_token_id)
+    parts = _Parts(opts, spec.job, text.image_token_id, text.video_token_id if encodes_video(text) else None)
     unexpected = _Unexpected()
     if opts.datasets:
         fill_rows(spec.rows, opts.datasets, opts.storage_options)
     try:
         for done, row in enumerate(spec.rows, 1):
             try:
-                key, meta, tokens, images, sizes = sampler.build(row)
+                key, meta, tokens, images, sizes, videos = sampler.build(row)
             except SkipError as exc:
                 stats.skip(exc.reason, row, str(exc))
             except Exception as exc:   # one row never ends the run: RecursionError, MemoryError, library bugs
                 stats.skip(Skip.BAD_ROW, row, unexpected.note(row, exc))
             else:
                 try:
-                    parts.add(key, meta, tokens, images, sizes)
+                    parts.add(key, meta, tokens, images, sizes, videos)
                 except RecursionError:   # a record nested too deep to serialise: the tar writer wrote nothing yet
                     stats.skip(Skip.BAD_ROW, row, "record cannot be written as JSON: RecursionError")
                 else:
                     stats.written += 1
                     stats.images += len(images)
+                    stats.videos += len(videos)
             if report is not None:
                 report(done, stats.written)
         infos = parts.close()

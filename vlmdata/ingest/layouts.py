@@ -5,7 +5,10 @@ Detected from a row's keys (after `--columns` renames them, see `apply_columns`)
   "messages"     OpenAI / TRL chat rows: `messages` of {role, content}, content a string or a list of
                  {"type": "text", "text"} / {"type": "image"[, "image": ref]} / {"type": "image_url",
                  "image_url": {"url": ref}} items; `{"type": "image"}` items without a reference take the
-                 row's `images` list in order.
+                 row's `images` list in order. Videos likewise: {"type": "video"[, "video": ref]} /
+                 {"type": "video_url", "video_url": {"url": ref}} items (a list of frame images with an `fps`
+                 in the item is a frame list), unreferenced ones taking the row's `videos` list; string
+                 messages place the row's `videos` at `<video>` markers.
   "cauldron"     Hugging Face `datasets` exports in the_cauldron layout: `images` (list of {bytes, path}) and
                  `texts` (list of {"user", "assistant"}); the images open the first user turn.
   "interleaved"  OBELICS-style documents: parallel `images` and `texts` lists, each position an image or a
@@ -18,7 +21,8 @@ top-level `system` field and `system` turns are kept as system turns.
 from __future__ import annotations
 
 from vlmdata.errors import ConfigError, RowProblem, Skip
-from vlmdata.text.conversation import Conversation, messages_from_turns
+from vlmdata.ingest.video import video_item_ref
+from vlmdata.text.conversation import VIDEO_MARKER, Conversation, messages_from_turns
 
 __all__ = ["CANONICAL_COLUMNS", "apply_columns", "detect_layout", "normalize_layout", "parse_columns"]
 
@@ -88,13 +92,34 @@ def _ref(value):
     return value if isinstance(value, (str, bytes)) and value else None
 
 
-def _messages(data: dict, refs_of) -> tuple[Conversation, list]:
+class _Queue:
+    """A row's references of one kind (images or videos), taken in order by items that name none."""
+
+    def __init__(self, what: str, refs: list):
+        self.what, self.refs, self.left = what, refs, list(refs)
+        self.taken: list = []
+
+    def take(self, ref) -> None:
+        if ref is None:
+            if not self.left:
+                raise RowProblem(Skip.MARKER_MISMATCH, f"more {self.what} items than the {len(self.refs)} "
+                                                       f"{self.what}s of the row")
+            ref = self.left.pop(0)
+        self.taken.append(ref)
+
+    def check_used(self) -> None:
+        if self.left:
+            raise RowProblem(Skip.MARKER_MISMATCH, f"{len(self.refs)} {self.what}s for "
+                                                   f"{len(self.refs) - len(self.left)} {self.what} items")
+
+
+def _messages(data: dict, refs_of, videos_of) -> tuple[Conversation, list, list]:
     raw = data["messages"]
     if not isinstance(raw, list) or not raw:
         raise RowProblem(Skip.BAD_TEXT, "messages is not a non-empty list")
     row_images = refs_of(data.get("images", data.get("image")))
-    images: list = []
-    queue = list(row_images)
+    row_videos = videos_of(data.get("videos"), data) + videos_of(data.get("video"), data)
+    images, videos = _Queue("image", row_images), _Queue("video", row_videos)
     messages, marker_turns, has_items = [], [], False
     for m in raw:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
@@ -115,32 +140,30 @@ def _messages(data: dict, refs_of) -> tuple[Conversation, list]:
             if kind == "text" and isinstance(item.get("text"), str):
                 items.append({"type": "text", "text": item["text"]})
             elif kind in ("image", "image_url"):
-                ref = _ref(item)
-                if ref is None:
-                    if not queue:
-                        raise RowProblem(Skip.MARKER_MISMATCH, f"more image items than the {len(row_images)} "
-                                                                "images of the row")
-                    ref = queue.pop(0)
-                images.append(ref)
+                images.take(_ref(item))
                 items.append({"type": "image"})
+            elif kind in ("video", "video_url"):
+                videos.take(video_item_ref(item))
+                items.append({"type": "video"})
             else:
-                raise RowProblem(Skip.BAD_TEXT, f"content item {str(item)[:60]!r} is not a text or image item")
+                raise RowProblem(Skip.BAD_TEXT, f"content item {str(item)[:60]!r} is not a text, image or video item")
         messages.append({"role": role, "content": items})
         marker_turns.append((role, None))
-    if not has_items:  # plain-string chat: LLaVA-style <image> markers (or images opening the first user turn)
-        return Conversation(messages_from_turns(marker_turns, len(row_images)), len(row_images)), row_images
-    if queue:
-        raise RowProblem(Skip.MARKER_MISMATCH, f"{len(row_images)} images for {len(row_images) - len(queue)} "
-                                               "image items")
+    if not has_items:  # plain-string chat: LLaVA-style markers (or images and videos opening the first user turn)
+        n, v = len(row_images), len(row_videos)
+        return Conversation(messages_from_turns(marker_turns, n, v), n, n_videos=v), row_images, row_videos
+    images.check_used()
+    videos.check_used()
     for i, (role, text) in enumerate(marker_turns):
         if messages[i] is None:
-            if "<image>" in text:
-                raise RowProblem(Skip.MARKER_MISMATCH, "<image> markers in a string message beside item lists")
+            for marker in ("<image>", VIDEO_MARKER):
+                if marker in text:
+                    raise RowProblem(Skip.MARKER_MISMATCH, f"{marker} markers in a string message beside item lists")
             messages[i] = {"role": role, "content": [{"type": "text", "text": text}] if text else []}
-    return Conversation(messages, len(images)), images
+    return Conversation(messages, len(images.taken), n_videos=len(videos.taken)), images.taken, videos.taken
 
 
-def _cauldron(data: dict, refs_of) -> tuple[Conversation, list]:
+def _cauldron(data: dict, refs_of, videos_of) -> tuple[Conversation, list, list]:
     turns = []
     for t in data["texts"]:
         user, assistant = t.get("user"), t.get("assistant")
@@ -148,10 +171,10 @@ def _cauldron(data: dict, refs_of) -> tuple[Conversation, list]:
             raise RowProblem(Skip.BAD_TEXT, "a texts entry lacks string user/assistant fields")
         turns += [("user", user), ("assistant", assistant)]
     images = refs_of(data.get("images"))
-    return Conversation(messages_from_turns(turns, len(images)), len(images)), images
+    return Conversation(messages_from_turns(turns, len(images)), len(images)), images, []
 
 
-def _interleaved(data: dict, refs_of) -> tuple[Conversation, list]:
+def _interleaved(data: dict, refs_of, videos_of) -> tuple[Conversation, list, list]:
     items, images = [], []
     if "text_list" in data:  # MMC4
         texts, infos = data["text_list"], data["image_info"]
@@ -187,11 +210,12 @@ def _interleaved(data: dict, refs_of) -> tuple[Conversation, list]:
                 items += [{"type": "image"} for _ in refs]
             elif isinstance(text, str):
                 items.append({"type": "text", "text": text})
-    return Conversation([{"role": "user", "content": items}], len(images), kind="document"), images
+    return Conversation([{"role": "user", "content": items}], len(images), kind="document"), images, []
 
 
-def normalize_layout(layout: str, data: dict, refs_of) -> tuple[Conversation, list]:
-    """(conversation, image references) of a row in one of this module's layouts; RowProblem if malformed.
-    `refs_of(value)` turns an image column value into a list of references."""
+def normalize_layout(layout: str, data: dict, refs_of, videos_of) -> tuple[Conversation, list, list]:
+    """(conversation, image references, video references) of a row in one of this module's layouts; RowProblem
+    if malformed. `refs_of(value)` / `videos_of(value)` turn an image / video column value into a list of
+    references. Only `messages` rows hold videos."""
     fn = {"messages": _messages, "cauldron": _cauldron, "interleaved": _interleaved}[layout]
-    return fn(data, refs_of)
+    return fn(data, refs_of, videos_of)

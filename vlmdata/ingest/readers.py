@@ -1,7 +1,7 @@
 """Streaming readers for raw inputs: every row of every input, in order, with bounded memory.
 
 Formats: "json" (a top-level JSON array, e.g. LLaVA), "jsonl", "csv", "parquet",
-"folder" (images with sidecar .txt captions) and "hf-dataset" (a Hugging Face `datasets`
+"folder" (images or video clips with sidecar .txt captions) and "hf-dataset" (a Hugging Face `datasets`
 `save_to_disk` folder, or a Dataset / IterableDataset object given as an input: ingest.hf_datasets).
 WebDataset tars are refused with the `vlmdata index` command to run (ingest.foreign_shards); a
 remote input that cannot be reached is one ConfigError line. Rows are plain dicts; a row
@@ -39,6 +39,7 @@ from vlmdata.ingest.json_array import MAX_ITEM_CHARS, BadRow, iter_json_array
 
 INPUT_FORMATS = ("json", "jsonl", "csv", "parquet", "folder", HF_DATASET_FORMAT)
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
+CLIP_EXTS = (".mp4", ".m4v", ".mov", ".webm", ".mkv")     # video clips in a folder (each with its .txt caption)
 
 
 @dataclass
@@ -373,11 +374,12 @@ def _read_folder(url: str, so: dict) -> Iterator[dict | _BadRow]:
     names = set(files)
     for path in files:
         stem, ext = os.path.splitext(path)
-        if ext.lower() not in IMAGE_EXTS:
+        kind = "image" if ext.lower() in IMAGE_EXTS else "video" if ext.lower() in CLIP_EXTS else None
+        if kind is None:
             continue
         rel = path[len(root) + 1:]
         sidecar = stem + ".txt"
-        yield {"id": os.path.splitext(rel)[0], "image": rel,
+        yield {"id": os.path.splitext(rel)[0], kind: rel,
                "caption_file": sidecar[len(root) + 1:] if sidecar in names else None}
 
 

@@ -6,8 +6,12 @@ prompt; system turns stay system turns. Chat `messages`, the_cauldron and interl
 rows are normalised in `layouts`. Caption rows
 (JSONL/CSV/Parquet/folder) hold an image column and a text column, found by
 name (`--image-column` / `--text-column` override); they become a user turn
-holding the image(s) followed by the caption as the assistant turn. A row that carries a video
-(ingest.video) is skipped as `video_unsupported` in every layout.
+holding the image(s) followed by the caption as the assistant turn.
+
+Videos: LLaVA / ShareGPT rows name clips in `video` / `videos` (placed at their `<video>` markers, else
+at the start of the first user turn), caption rows in a `video` column (a clip and its caption), chat
+`messages` in `{"type": "video"}` items (ingest.layouts); a row may mix images and videos. A row that
+carries a video some other way (ingest.video) is skipped as `video_unsupported`.
 """
 from __future__ import annotations
 
@@ -15,8 +19,8 @@ from dataclasses import dataclass, field
 
 from vlmdata.errors import RowProblem, Skip
 from vlmdata.ingest.layouts import apply_columns, detect_layout, normalize_layout
-from vlmdata.ingest.video import reject_video_refs, reject_video_row
-from vlmdata.text.conversation import Conversation, messages_from_turns, turns_from_messages
+from vlmdata.ingest.video import FrameList, reject_unparsed_video, reject_video_refs, video_refs
+from vlmdata.text.conversation import VIDEO_MARKER, Conversation, messages_from_turns, turns_from_messages
 from vlmdata.text.tokenizer import IMAGE_MARKER
 
 IMAGE_COLUMNS = ("images", "image", "image_path", "image_file", "img", "path", "file", "filename",
@@ -39,7 +43,7 @@ class ColumnSpec:
 
 @dataclass
 class SourceSample:
-    """A normalized row. `images` holds URLs/paths (str) or embedded bytes."""
+    """A normalized row. `images` and `videos` hold URLs/paths (str) or embedded bytes."""
 
     id: str
     turns: list[tuple[str, str]]
@@ -48,12 +52,14 @@ class SourceSample:
     caption_file: str | None = None
     extra: dict = field(default_factory=dict)
     conversation: Conversation | None = None   # the layouts of ingest.layouts set it; else built from turns
+    videos: list = field(default_factory=list)
 
     def to_conversation(self) -> Conversation:
         """The model-independent form every text encoder takes."""
         if self.conversation is not None:
             return self.conversation
-        return Conversation(messages_from_turns(self.turns, len(self.images)), len(self.images))
+        n, v = len(self.images), len(self.videos)
+        return Conversation(messages_from_turns(self.turns, n, v), n, n_videos=v)
 
 
 def id_columns(columns: ColumnSpec) -> tuple[str, ...]:
@@ -120,16 +126,27 @@ def _llava(data: dict, sid: str, native: bool) -> SourceSample:
     if isinstance(system, str) and system and not (turns and turns[0][0] == "system"):
         turns.insert(0, ("system", system))
     images = _image_refs(data.get("images", data.get("image")))
-    return SourceSample(id=sid, turns=turns, images=images, meta=data if native else _json_safe(data))
+    return SourceSample(id=sid, turns=turns, images=images, meta=data if native else _json_safe(data),
+                        videos=_row_videos(data))
+
+
+def _row_videos(data: dict) -> list:
+    """The clips a row names in its `videos` and `video` fields (in that order)."""
+    return video_refs(data.get("videos"), data) + video_refs(data.get("video"), data)
 
 
 def _caption(data: dict, sid: str, columns: ColumnSpec, native: bool) -> SourceSample:
-    if "caption_file" in data:  # image folder row
-        return SourceSample(id=sid, turns=[], images=[data["image"]], meta={"id": sid, "image": data["image"]},
+    if "caption_file" in data:  # folder row: an image or a clip, and its sidecar caption
+        kind = "video" if "video" in data else "image"
+        return SourceSample(id=sid, turns=[], images=[data[kind]] if kind == "image" else [],
+                            videos=[data[kind]] if kind == "video" else [], meta={"id": sid, kind: data[kind]},
                             caption_file=data["caption_file"], extra={"folder": True})
     img_col = columns.image or _first(data, IMAGE_COLUMNS)
     txt_col = columns.text or _first(data, TEXT_COLUMNS)
-    if img_col is None or data.get(img_col) in (None, "", []):
+    videos = _row_videos(data)
+    if videos and (img_col is None or data.get(img_col) in (None, "", [])):   # a clip and its caption
+        img_col = None
+    elif img_col is None or data.get(img_col) in (None, "", []):
         raise RowProblem(Skip.MISSING_IMAGE_REF, f"no image column value (looked for {columns.image or IMAGE_COLUMNS}; "
                                                  f"the row has columns {', '.join(map(str, data))})")
     if txt_col is None or txt_col not in data:
@@ -138,25 +155,26 @@ def _caption(data: dict, sid: str, columns: ColumnSpec, native: bool) -> SourceS
     text = data[txt_col]
     if not isinstance(text, str):
         raise RowProblem(Skip.BAD_TEXT, f"caption is a {type(text).__name__}, not a string")
-    return SourceSample(id=sid, turns=[("user", ""), ("assistant", text)], images=_image_refs(data[img_col]),
-                        meta=data if native else _json_safe(data))
+    return SourceSample(id=sid, turns=[("user", ""), ("assistant", text)],
+                        images=_image_refs(data[img_col]) if img_col else [], meta=data if native else _json_safe(data),
+                        videos=videos)
 
 
 def normalize(data: dict, sid: str, columns: ColumnSpec, native: bool = False) -> SourceSample:
     """A SourceSample for one row, or RowProblem. `native`: the row came from JSON (no bytes to hide)."""
     data = apply_columns(data, columns.mapping)
-    reject_video_row(data)
     layout = None if "conversations" in data else detect_layout(data)
     if "conversations" in data:
         sample = _llava(data, sid, native)
     elif layout is not None:
-        conv, images = normalize_layout(layout, data, _image_refs)
+        conv, images, videos = normalize_layout(layout, data, _image_refs, video_refs)
         sample = SourceSample(id=sid, turns=turns_from_messages(conv.messages), images=images,
-                              meta=data if native else _json_safe(data), conversation=conv)
+                              meta=data if native else _json_safe(data), conversation=conv, videos=videos)
     else:
         sample = _caption(data, sid, columns, native)
+    reject_unparsed_video(data, len(sample.videos))
     reject_video_refs(sample.images)
-    for ref in sample.images:
+    for ref in sample.images + [v for v in sample.videos if not isinstance(v, FrameList)]:
         if not isinstance(ref, (str, bytes)) or not ref:
             raise RowProblem(Skip.BAD_IMAGE_REF, f"image reference {ref!r:.60} is not a path, URL or bytes")
     return sample
@@ -164,11 +182,12 @@ def normalize(data: dict, sid: str, columns: ColumnSpec, native: bool = False) -
 
 def check_text(sample: SourceSample) -> None:
     """Empty text and marker/image count mismatches (after the caption file is read)."""
-    if not any(text.replace(IMAGE_MARKER, "").strip() for _, text in sample.turns):
+    if not any(text.replace(IMAGE_MARKER, "").replace(VIDEO_MARKER, "").strip() for _, text in sample.turns):
         raise RowProblem(Skip.EMPTY_TEXT, "all turns are empty")
-    if sample.conversation is not None:  # item lists: images counted by their items
+    if sample.conversation is not None:  # item lists: images and videos counted by their items
         return
-    markers = sum(text.count(IMAGE_MARKER) for _, text in sample.turns)
-    if markers not in (0, len(sample.images)):
-        raise RowProblem(Skip.MARKER_MISMATCH, f"{markers} {IMAGE_MARKER} markers for {len(sample.images)} images")
+    for marker, refs, what in ((IMAGE_MARKER, sample.images, "images"), (VIDEO_MARKER, sample.videos, "videos")):
+        markers = sum(text.count(marker) for _, text in sample.turns)
+        if markers not in (0, len(refs)):
+            raise RowProblem(Skip.MARKER_MISMATCH, f"{markers} {marker} markers for {len(refs)} {what}")
 

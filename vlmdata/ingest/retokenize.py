@@ -40,6 +40,7 @@ from vlmdata.ingest.job import merge_skips
 from vlmdata.ingest.records import ColumnSpec, normalize
 from vlmdata.ingest.shard import view_name
 from vlmdata.ingest.skips import SkipSummary, check_skip_fraction, check_skips
+from vlmdata.ingest.video import require_video_policy
 from vlmdata.sysinfo import die_with_parent
 from vlmdata.text.chat_template import TemplateError
 from vlmdata.text.conversation import Conversation, messages_from_turns
@@ -197,7 +198,9 @@ def _run_shard(task: _Task) -> dict:
 
     for i, raw in enumerate(raws):
         try:
-            convs.append(_conversation(task, raw, keys[i], int(ix.n_images[i])))
+            conv = _conversation(task, raw, keys[i], int(ix.n_images[i]))
+            require_video_policy(encoder, conv.n_videos)   # a view whose model lays out no videos: no tokens
+            convs.append(conv)
         except RowProblem as exc:
             convs.append(None)
             skip(exc.reason, i, str(exc))

@@ -47,10 +47,12 @@ from vlmdata.ingest.lengths import LengthCounter, dataset_policy
 from vlmdata.ingest.readers import InputSource, Row, describe_input, format_names, iter_rows, open_inputs
 from vlmdata.ingest.records import ColumnSpec, id_columns, row_id
 from vlmdata.ingest.skips import SkipSummary, check_skip_fraction, check_skips
+from vlmdata.ingest.video import DEFAULT_MAX_VIDEO_BYTES, VideoOptions
 from vlmdata.keyindex.build import open_dataset_keys
 from vlmdata.keyindex.dedup import IN_RUN, RunDedup
 from vlmdata.text.encoder import load_text_encoder
 from vlmdata.text.model_folder import is_model_folder
+from vlmdata.video.probe import ClipLimits
 
 log = logging.getLogger(__name__)
 # the --verify of a run started before the gate followed the decoders, as today's mode: "header" checked headers
@@ -91,6 +93,17 @@ class ShardConfig:
     verify: str = VERIFY_MODES[0]                # the shard gate's image check (ingest.images: decode/strict/none)
     dedup_against: list[str] = field(default_factory=list)   # datasets whose keys are skipped as duplicates
     max_skip_fraction: float = 1.0               # TooManySkipsError above it, after writing (1: never)
+    max_video_bytes: int = DEFAULT_MAX_VIDEO_BYTES               # larger clips: file_too_large, never read past it
+    max_video_seconds: float = ClipLimits.max_duration_s         # longer clips: video_too_long
+    max_video_pixels: int = ClipLimits.max_frame_pixels          # larger frames: video_too_large (from the header)
+    max_video_frames: int = ClipLimits.max_frames                # more frames: video_too_long
+    max_probe_seconds: float = ClipLimits.max_probe_s            # a probe taking longer: bad_video
+
+    def videos(self) -> VideoOptions:
+        """What a clip may be in this run (see ingest.video)."""
+        limits = ClipLimits(max_duration_s=float(self.max_video_seconds), max_frame_pixels=int(self.max_video_pixels),
+                            max_frames=int(self.max_video_frames), max_probe_s=float(self.max_probe_seconds))
+        return VideoOptions(max_bytes=int(self.max_video_bytes), limits=limits)
 
     def access(self) -> AccessPolicy:
         """The data-access policy of this run (see ingest.access)."""
@@ -134,6 +147,11 @@ def _check_config(cfg: ShardConfig) -> None:
     if cfg.verify not in VERIFY_MODES:
         raise ConfigError(f"unknown --verify {cfg.verify!r}; use one of {', '.join(VERIFY_MODES)}")
     check_skip_fraction(cfg.max_skip_fraction)
+    for flag, value in (("--max-video-bytes", cfg.max_video_bytes), ("--max-video-seconds", cfg.max_video_seconds),
+                        ("--max-video-pixels", cfg.max_video_pixels), ("--max-video-frames", cfg.max_video_frames),
+                        ("--max-probe-seconds", cfg.max_probe_seconds)):
+        if not value > 0:
+            raise ConfigError(f"{flag} must be > 0, got {value}")
     cfg.access().check()
 
 
@@ -158,6 +176,8 @@ def _settings(cfg: ShardConfig, sources: list[InputSource], tokenizer: dict) -> 
                 "tokenizer": tokenizer, "resize_max_side": cfg.resize_max_side, "quality": cfg.quality,
                 "max_image_pixels": cfg.max_image_pixels, "columns": asdict(cfg.columns), "train_on": cfg.train_on,
                 "access": asdict(cfg.access()), "image_check": cfg.verify}
+    if cfg.videos() != VideoOptions():           # runs with the default limits keep their settings as before
+        settings["video"] = asdict(cfg.videos())
     if cfg.dedup_against:
         settings["dedup_against"] = list(cfg.dedup_against)
     return settings
@@ -312,6 +332,9 @@ def _empty_error(cfg: ShardConfig, sources: list[InputSource], results: list[dic
     elif Skip.OUTSIDE_ROOT in skipped or Skip.REMOTE_NOT_ALLOWED in skipped:
         msg += ("; rows may only read images under the input's directory: pass --image-root DIR for images "
                 "elsewhere, --allow-remote (and --allow-host HOST) for URLs")
+    elif Skip.VIDEO_UNSUPPORTED in skipped:
+        msg += ("; rows with videos are probed and counted, but written only for a model family with a video "
+                "policy (see docs/video.md)")
     elif any(k in skipped for k in (Skip.BAD_TEXT, Skip.MISSING_IMAGE_REF)):
         msg += "; check the table's columns (--image-column / --text-column) or its layout (LLaVA rows need " \
                "'conversations')"
@@ -338,13 +361,19 @@ def _merge(cfg: ShardConfig, results: list[dict], tokenizer: dict, extra_stats: 
     return manifest
 
 
+def _video_count(results: list[dict]) -> dict:
+    """{"videos": clips written} when the run wrote any (image-only runs keep their stats as before)."""
+    n = sum(r.get("videos", 0) for r in results)
+    return {"videos": n} if n else {}
+
+
 def _build_manifest(cfg: ShardConfig, results: list[dict], tokenizer: dict, extra_stats: dict) -> Manifest:
     so = cfg.storage_options
     results.sort(key=lambda r: r["job"])
     shards = [s for r in results for s in JobStats(**r).shard_infos()]
     skipped, examples = merge_skips(results, tag="job")
     stats = {"input_rows": sum(r["rows"] for r in results), "samples": sum(r["written"] for r in results),
-             "images": sum(r["images"] for r in results), "skipped": dict(sorted(skipped.items())),
+             "images": sum(r["images"] for r in results), **_video_count(results), "skipped": dict(sorted(skipped.items())),
              "skipped_total": sum(skipped.values()), "examples": examples, "jobs": len(results), **extra_stats}
     if cfg.format == "memmap":
         s = cfg.image_size
@@ -431,6 +460,7 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
     opts = JobOptions(output=cfg.output, sources=tuple(sources), format=cfg.format, image_size=cfg.image_size,
                       max_shard_bytes=cfg.max_shard_bytes,
                       images=ImageOptions(cfg.max_image_pixels, cfg.resize_max_side, cfg.quality, cfg.verify),
+                      videos=cfg.videos(),
                       tokenizer=cfg.tokenizer, columns=cfg.columns, storage_options=cfg.storage_options,
                       fsync=cfg.fsync, train_on=cfg.train_on, family=cfg.family, access=cfg.access(),
                       datasets=ranged)

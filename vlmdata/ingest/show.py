@@ -6,7 +6,9 @@ the dataset's default view; `ingest.rendering`), images as `<image WxH ×N>`
 markers (N: the image tokens it expands to at load time, when the view's
 family is known), the trained spans marked (`⟦…⟧`, or colour on a terminal)
 and listed with their text, the token counts, its source record (the `.json`
-member), and, with `images_dir`, its images written to files (`KEY.J.EXT`:
+member), its video clips (extension, codec, size, rotation, duration, frame rates,
+frames and keyframes, from the probe stored beside each clip), and, with `images_dir`, its images
+and clips written to files (`KEY.J.EXT`, `KEY.vJ.EXT`:
 the stored bytes; memmap datasets' decoded arrays as PNG; KEY.SHARD-ROW.J.EXT
 if several samples share the key). Keys are looked up in the dataset's
 keys.lmdb; a view added by `vlmdata retokenize` has its tokens read from its
@@ -34,6 +36,7 @@ from vlmdata.formats.sample import safe_key
 from vlmdata.formats.text_view import ViewTokens, view_shard_name
 from vlmdata.ingest.images import sniff
 from vlmdata.ingest.rendering import ANSI, PLAIN, Piece, TokenRenderer, format_pieces
+from vlmdata.ingest.video import clip_extension
 from vlmdata.keyindex.lookup import FoundSample, find_samples
 
 __all__ = ["RenderedText", "ViewText", "render_text", "sample_report", "show_samples"]
@@ -103,9 +106,7 @@ class _ViewReader:
 def _write_images(found: FoundSample, images_dir: str, unique: bool, taken: set[str]) -> list[str]:
     os.makedirs(images_dir, exist_ok=True)
     paths = []
-    stem = safe_key(found.key)               # a name, never a path: 'sub/000' -> 'sub_000_<sha1>'
-    if not unique:
-        stem = f"{stem}.{found.location.shard}-{found.location.row}"
+    stem = _stem(found, unique)
     for j, image in enumerate(found.record.images):
         if isinstance(image, np.ndarray):
             import io
@@ -120,6 +121,29 @@ def _write_images(found: FoundSample, images_dir: str, unique: bool, taken: set[
             ext = sniff(data) or "bin"
         paths.append(_write_new(images_dir, f"{stem}.{j}.{ext}", data, taken))
     return paths
+
+
+def _stem(found: FoundSample, unique: bool) -> str:
+    stem = safe_key(found.key)               # a name, never a path: 'sub/000' -> 'sub_000_<sha1>'
+    return stem if unique else f"{stem}.{found.location.shard}-{found.location.row}"
+
+
+def _clip_entry(clip) -> dict:
+    """What `show` lists of a stored clip: its member and its probe's main figures."""
+    info = clip.info
+    return {"ext": clip_extension(bytes(clip.data[:64])), "bytes": len(clip.data), "codec": info["codec"],
+            "width": info["width"], "height": info["height"], "rotation": info["rotation"],
+            "duration_s": info["duration_s"], "average_fps": info["average_fps"],
+            "measured_fps": info["measured_fps"], "variable_rate": info["variable_rate"], "frames": info["frames"],
+            "keyframes": len(info["keyframes"])}
+
+
+def _video_line(j: int, v: dict) -> str:
+    rate = f"{v['average_fps']:.3g} fps declared, {v['measured_fps']:.3g} measured" + \
+        (" (variable)" if v["variable_rate"] else "")
+    return (f"  video {j}   {v['ext']} {v['codec']} {v['width']}x{v['height']}, rotation {v['rotation']}, "
+            f"{v['duration_s']:.2f} s, {rate}, {v['frames']} frames, {v['keyframes']} keyframes, {v['bytes']} bytes"
+            + (f" -> {v['file']}" if "file" in v else ""))
 
 
 class ViewText:
@@ -151,34 +175,43 @@ def sample_report(found: FoundSample, manifest: Manifest, images_dir: str | None
             entry["stored"] = f"{image.shape[1]}x{image.shape[0]} pixels (memmap)"
         else:
             entry["stored"] = f"{sniff(bytes(image[:16])) or 'unknown'}, {len(image)} bytes"
+    videos = [_clip_entry(clip) for clip in rec.videos]
     if images_dir is not None:
-        for entry, path in zip(images, _write_images(found, images_dir, unique, set() if taken is None else taken)):
+        taken = set() if taken is None else taken
+        for entry, path in zip(images, _write_images(found, images_dir, unique, taken)):
             entry["file"] = path
+        for j, (entry, clip) in enumerate(zip(videos, rec.videos)):
+            entry["file"] = _write_new(images_dir, f"{_stem(found, unique)}.v{j}.{entry['ext']}", bytes(clip.data),
+                                       taken)
     tok = text.identity
     return {"key": found.key, "dataset": loc.dataset, "shard": loc.shard, "shard_file": loc.shard_name,
             "shards": len(manifest.shards), "row": loc.row, "offset": loc.offset, "span": loc.span, "url": loc.url,
             "view": text.name, "other_views": text.others,
             "tokenizer": tok.get("model") or tok.get("path") or tok.get("name"),
             "tokens": rendered.tokens, "image_placeholders": len(rec.sizes),
+            "video_placeholders": len(rec.videos),
             "trained_tokens": sum(b - a for a, b, _ in rendered.trained),
             "trained_spans": [{"start": a, "end": b, "text": t} for a, b, t in rendered.trained],
             "text": rendered.text, "pieces": [p.__dict__ for p in rendered.pieces], "images": images,
-            "metadata": rec.meta}
+            "videos": videos, "metadata": rec.meta}
 
 
 def _format(r: dict, kind: str, style: str) -> str:
     where = "tokens" if kind == "memmap" else "bytes"
     others = f"; other views: {', '.join(r['other_views'])} (--view NAME)" if r["other_views"] else ""
+    n_videos = r.get("video_placeholders", 0)
+    videos = f", {n_videos} video placeholders" if n_videos else ""
     lines = [f"sample {r['key']}  ({r['dataset']})",
              f"  where     shard {r['shard']} of {r['shards']}: {r['shard_file']}, row {r['row']}, "
              f"{where} {r['offset']}+{r['span']}",
              f"  view      {r['view']}, tokenizer {r['tokenizer']}{others}",
-             f"  tokens    {r['tokens']} stored ({r['tokens'] - r['image_placeholders']} text, "
-             f"{r['image_placeholders']} image placeholders); {r['trained_tokens']} trained in "
+             f"  tokens    {r['tokens']} stored ({r['tokens'] - r['image_placeholders'] - n_videos} text, "
+             f"{r['image_placeholders']} image placeholders{videos}); {r['trained_tokens']} trained in "
              f"{len(r['trained_spans'])} span(s)"]
     for j, im in enumerate(r["images"]):
         lines.append(f"  image {j}   {im['width']}x{im['height']}, {im['stored']}" +
                      (f" -> {im['file']}" if "file" in im else ""))
+    lines += [_video_line(j, v) for j, v in enumerate(r["videos"])]
     meta = json.dumps(r["metadata"], ensure_ascii=False, sort_keys=True) if r["metadata"] is not None else "(none)"
     lines.append(f"  metadata  {meta}")
     legend = "trained in green" if style == ANSI else "trained in ⟦…⟧"

@@ -62,7 +62,8 @@ def _row_index(ix: SampleIndex, row: int, shift: int) -> SampleIndex:
                        meta_offset=np.where(meta >= 0, meta - shift, meta), meta_size=ix.meta_size[row:row + 1],
                        text_tokens=ix.text_tokens[row:row + 1], n_images=ix.n_images[row:row + 1],
                        image_start=np.zeros(1, np.int64), img_offset=ix.img_offset[sl] - shift,
-                       img_size=ix.img_size[sl], width=ix.width[sl], height=ix.height[sl])
+                       img_size=ix.img_size[sl], width=ix.width[sl], height=ix.height[sl],
+                       videos=ix.videos.row(row, shift))
 
 
 def read_sample_at(root: str, manifest: Manifest, shard: int, row: int, storage_options: dict | None = None,

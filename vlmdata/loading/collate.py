@@ -13,6 +13,8 @@ Pack mode (see docs/architecture.md, PackedBatch):
                   uint8 [tiles, 3, S, S]              tiled policy (channels_last), with image_tiles int32
                                                       [n_img] (tiles per image) and image_sizes int32
                                                       [n_img, 2] (stored w, h)
+                  any                                 a policy with `pixel_fields` (the processor policy):
+                                                      the fields it names (the model's processor's outputs)
     image_bytes / image_sizes                         instead of pixels when decode is deferred (GPU decode):
                                                       list of uint8 arrays (encoded files), int32 [n, 2] (w, h),
                   image_counts int32 [n]              with images per sample (one per cu_seqlens segment / row)
@@ -132,6 +134,10 @@ def declare_images(out: PackWriter, parts: list[PreparedSample], cfg: CollateCon
         out.add("image_counts", np.int32, (len(parts),))
         return
     policy = cfg.policy
+    if hasattr(policy, "pixel_fields"):             # the policy lays out its own fields (decode.tiling.processor)
+        for name, (dtype, shape) in policy.pixel_fields(images).items():
+            out.add(name, dtype, shape)
+        return
     if is_tiled(policy):
         s = policy.tile
         out.add("pixel_values", np.uint8, (sum(len(im) for im in images), s, s, 3), permute=(0, 3, 1, 2))
@@ -157,6 +163,9 @@ def fill_images(arrays: dict, parts: list[PreparedSample], cfg: CollateConfig) -
         arrays["image_counts"][:] = [len(s.images) for s in parts]
         return
     policy = cfg.policy
+    if hasattr(policy, "pixel_fields"):
+        policy.fill_pixel_fields(images, arrays)
+        return
     if is_tiled(policy):
         pixels, at = arrays["pixel_values"], 0
         for i, im in enumerate(images):                 # (n, S, S, 3) tiles per image, in processor order

@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
@@ -54,6 +55,7 @@ from vlmdata.loading.text_views import (
     choose_pixels,
     choose_policy,
 )
+from vlmdata.loading.warm_start import warm
 from vlmdata.metrics.counts import StatsDelta, take_fetch_stats
 from vlmdata.plan.assign import rank_packs, rank_step_samples
 from vlmdata.plan.balance import Balance
@@ -89,6 +91,8 @@ class DatasetOptions:
         folder's resample filter, orientation first) or "fast" (JPEG draft decode and a bilinear resize:
         faster, close but not equal). None: "exact" for a dataset sharded with a model folder and decoded
         by Pillow in the workers, else "fast" (loading.text_views.choose_pixels).
+    warm_start: plan the epoch's first window in a background thread of the process that builds the
+        dataset (while the model loads), so the first pack does not wait for it (`loading.warm_start`).
     plan_dir: a directory shared by all ranks of a node (e.g. /dev/shm/vlmdata-plans): each window of
         the epoch is then planned once per node. Default: a private directory per rank (made when the
         dataset is created, before its DataLoader workers start), so each window is planned once per rank.
@@ -109,6 +113,7 @@ class DatasetOptions:
     balance: Balance | str = "none"
     length: str = "exact"
     pixels: str | None = None
+    warm_start: bool = True
 
     def __post_init__(self) -> None:
         if self.length not in ("exact", "estimate"):
@@ -232,6 +237,7 @@ class VLMDataset(IterableDataset):
         self._position = SharedPosition()             # epoch + cursor for persistent DataLoader workers
         self._position_gen = 0                        # the generation of it this copy has applied
         self._lengths: dict[tuple[int, str], int] = {}  # (epoch, "exact" | "estimate") -> len
+        self._warm = self._warm_start() if self.options.warm_start else None
 
     def _balance(self) -> Balance:
         """The balance of the options, its cost model counting the image policy's patches per token."""
@@ -341,6 +347,9 @@ class VLMDataset(IterableDataset):
         """Hand the epoch and cursor to DataLoader workers, persistent ones included (see shared_position)."""
         if get_worker_info() is None:
             self._position_gen = self._position.publish(self._epoch, self._cursor)
+            if self.options.warm_start:           # the first window to plan is now the new position's
+                self.planner()
+                self._warm = self._warm_start()
 
     def _adopt_position(self) -> None:
         """In a worker: take the epoch and cursor the main process published since this copy last looked."""
@@ -357,6 +366,7 @@ class VLMDataset(IterableDataset):
         state["_fetcher_pid"] = -1
         state["_decoder"] = None
         state["_pool"] = None
+        state["_warm"] = None
         return state
 
     @property
@@ -467,10 +477,26 @@ class VLMDataset(IterableDataset):
     # ---- iteration ------------------------------------------------------------------------------
     def planner(self, epoch: int | None = None) -> EpochPlanner:
         """The epoch's planner (pure: same inputs, same packs)."""
+        warming = self._warm
+        if warming is not None and warming is not threading.current_thread():
+            warming.join()                      # one planner at a time in this process
+            self._warm = None
+        return self._planner(epoch)
+
+    def _warm_start(self):
+        """Plan the window of the position now (window 0 of a new epoch, or the resume point's) into the
+        plan share, in a background thread (`loading.warm_start`); the position is read here, not there."""
+        epoch, cursor, anchor = self._epoch, self._cursor, self._anchor
+        return warm(lambda: self._planner(epoch, anchor).ensure(cursor))
+
+    def _planner(self, epoch: int | None = None, anchor="current") -> EpochPlanner:
+        """The planner of `epoch` from `anchor` (by default the dataset's resume hint for its epoch)."""
         epoch = self._epoch if epoch is None else int(epoch)
+        if anchor == "current":
+            anchor = self._anchor if epoch == self._epoch else None
         store = partial(self._plan_share.store, f"{self.fingerprint}-e{epoch}")
         return EpochPlanner(self.corpus, self.policy, self.plan_options, self.seed, epoch, store=store,
-                            anchor=self._anchor if epoch == self._epoch else None)
+                            anchor=anchor)
 
     def __iter__(self):
         info = get_worker_info()
@@ -485,6 +511,7 @@ class VLMDataset(IterableDataset):
         opt = self.plan_options
         budget = f"max_patches={opt.max_patches}" if opt.max_patches is not None else f"max_images={opt.max_images}"
         tally, finished = LengthTally(opt.max_tokens, budget, opt.overlong), False
+        look_ahead = None                  # the window whose successor is announced after its first pack
         try:
             for item in rank_packs(planner, base, self.world_size, self.rank, step, nw, self.plan_options.balance):
                 key = "tail" if item.window is None else item.window
@@ -492,7 +519,8 @@ class VLMDataset(IterableDataset):
                     window = _Window()
                     window.key = key
                     if item.window is not None:
-                        self._announce(planner, item.window, base, item.step, nw)
+                        self._announce(planner, item.window, base, item.step, nw, ahead=False)
+                        look_ahead = item.window
                 batch = self._make_batch(item.samples, window, item.dropped)
                 if item.cost is not None:
                     batch["stats"]["compute_flops"] = item.cost
@@ -504,21 +532,29 @@ class VLMDataset(IterableDataset):
                 self._last_state = state
                 self._progress = {"base": base, "next_step": item.step + nw, "cursor": item.cursor, "window": hint}
                 yield batch
+                if look_ahead is not None:         # planning the next window waited for this first pack
+                    self._announce(planner, look_ahead, base, item.step + nw, nw, ahead=True)
+                    look_ahead = None
             finished = True
         finally:   # once per epoch and worker (also when the consumer stops early)
             if self.log_lengths:
                 tally.log(f"epoch {planner.epoch}{'' if finished else ' (stopped early)'}, rank {self.rank} of "
                           f"{self.world_size}, worker {wid} of {nw}")
 
-    def _announce(self, planner: EpochPlanner, k: int, base: int, step: int, nw: int) -> None:
-        """Tell the fetcher this worker's shard reads from window k on, in order: exact for
-        windows k and k + 1 (planned), then the shards of each later window of the epoch.
-        Also loads the shard indices of windows k and k + 1 in background threads."""
-        wanted = planner.window_shards(k) + (planner.window_shards(k + 1) if k + 1 < planner.num_windows else [])
-        self._prefetch_indices(wanted)
-        order = self._worker_reads(planner, k, base, step, nw)
-        if k + 1 < planner.num_windows:
-            order += self._worker_reads(planner, k + 1, base, step, nw)
+    def _announce(self, planner: EpochPlanner, k: int, base: int, step: int, nw: int, ahead: bool) -> None:
+        """Tell the fetcher this worker's shard reads from `step` of window k on, in order: exact for
+        window k (planned), then for window k + 1 exact when `ahead` (planning it; its last steps, which
+        would plan window k + 2, come with its own announcement) or its shards, then the shards of each
+        later window of the epoch. A window's first announcement is not `ahead`, so its
+        first pack never waits for the next window's planning; the one after that pack is.
+        The first announcement also loads the shard indices of windows k and k + 1 in background threads."""
+        later = k + 1 < planner.num_windows
+        if not ahead:
+            self._prefetch_indices(planner.window_shards(k) + (planner.window_shards(k + 1) if later else []))
+        order = self._worker_reads(planner, k, base, step, nw, settled=not ahead)
+        if later:
+            order += self._worker_reads(planner, k + 1, base, step, nw, settled=True) if ahead \
+                else planner.window_shards(k + 1)
         for j in range(k + 2, planner.num_windows):
             order.extend(planner.window_shards(j))
         order = list(dict.fromkeys(order))
@@ -534,8 +570,10 @@ class VLMDataset(IterableDataset):
             src.retain_indices(wanted)
             src.prefetch_indices(wanted)
 
-    def _worker_reads(self, planner: EpochPlanner, k: int, base: int, step: int, nw: int) -> list[int]:
-        """Shards this worker reads in window k, in first-read order (steps step, step + nw, ...)."""
+    def _worker_reads(self, planner: EpochPlanner, k: int, base: int, step: int, nw: int,
+                      settled: bool = False) -> list[int]:
+        """Shards this worker reads in window k, in first-read order (steps step, step + nw, ...);
+        `settled`: only the steps whose packs are located without planning window k + 1."""
         known = planner.window_range(k, learn=True)
         if known is None:
             return []
@@ -546,6 +584,8 @@ class VLMDataset(IterableDataset):
         s = step + -(-(first - step) // nw) * nw                  # ... that is one of this worker's
         while base + s * world + rank < hi:
             g = base + s * world + rank
+            if settled and g + world - rank >= hi:               # locating it would plan window k + 1
+                break
             if g >= lo and planner.ensure(g + world - 1 - rank):   # tail steps are announced as they come
                 samples = rank_step_samples(planner, g - rank, world, rank, self.plan_options.balance)
                 shards.extend(self.corpus.shard_of(samples).tolist())

@@ -15,4 +15,5 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "llava_folder": "model_folders", "qwen2_vl_folder": "model_folders",
     "qwen3_vl_folder": "model_folders", "qwen2_5_vl_folder": "model_folders",
     "llava_onevision_folder": "onevision_folder", "ONEVISION_TEMPLATE": "onevision_folder",
+    "llava_next_folder": "generic_folders", "aya_vision_folder": "generic_folders",
 })

