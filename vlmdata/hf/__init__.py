@@ -18,6 +18,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "META_KEY": "adapter", "HFBatchAdapter": "adapter", "LlavaAdapter": "adapter", "QwenVLAdapter": "adapter",
     "Qwen3VLAdapter": "adapter",
     "LlavaOnevisionAdapter": "llava_onevision_adapter",
+    "TiledAdapter": "adapter",
     "make_adapter": "adapter", "ProcessorAdapter": "adapter", "take_meta": "adapter", "text_attention": "adapter",
     "attention_kind": "boundaries", "block_causal_mask": "boundaries", "flash_kwargs": "boundaries",
     "choose_attention": "model", "has_weights": "model", "load_model": "model",
