@@ -12,8 +12,8 @@ boundaries, pixels normalised on the model's device) and the model's base
 network, then the LM head on the label positions only (no [T, vocab] logits
 for the other tokens), like TinyVLM.
 
-Two DDP details: a pack without images runs a one-patch black image (a tiled
-family's: its policy's tiles of a 1 x 1 image) through the vision tower and adds it times zero, so every rank's graph uses the same
+Two DDP details: a pack without images runs a one-patch black image through
+the vision tower and adds it times zero, so every rank's graph uses the same
 parameters; and parameters the model's forward never uses (LLaVA drops the
 CLIP tower's last layer and post-layernorm by taking layer -2's features) are
 found once with a dry run and frozen, since DDP expects a gradient for every
@@ -34,7 +34,6 @@ from vlmdata.hf import (
     OPENAI_CLIP_MEAN,
     OPENAI_CLIP_STD,
     ModelSpec,
-    TiledAdapter,
     load_model,
     make_adapter,
     take_meta,
@@ -118,11 +117,8 @@ class HFPackedModel(nn.Module):
             rows = torch.zeros(m * m, 3 * spec.patch_size ** 2, dtype=torch.uint8, device=dev)
             out = inner.get_image_features(self.adapter.normalise(rows, like.dtype),
                                            torch.tensor([[1, m, m]], device=dev))
-        elif isinstance(self.adapter, TiledAdapter):
-            inputs = self._inputs(self._probe_pack())      # the smallest image's tiles and keys, as the adapter makes them
-            out = inner.get_image_features(**{k: v for k, v in inputs.items() if k not in _TEXT_KEYS})
         else:
-            s = int(spec.image_size)
+            s = _image_side(spec)
             images = self.adapter.normalise(torch.zeros(1, 3, s, s, dtype=torch.uint8, device=dev), like.dtype)
             out = inner.get_image_features(pixel_values=images)
         features = out.pooler_output
@@ -175,40 +171,30 @@ class HFPackedModel(nn.Module):
             m = spec.merge_size
             pixels = torch.zeros(m * m, 3 * spec.patch_size ** 2, dtype=torch.uint8)
             images = {"pixel_values": pixels, "image_grid": torch.tensor([[1, m, m]], dtype=torch.int32)}
-            n_img = 1
-        elif isinstance(self.adapter, TiledAdapter):
-            images, run = _tiled_probe(spec.image_policy())
-            n_img = len(run)
+            run = torch.full((1,), spec.image_token_id)
+        elif spec.policy is not None:                   # a tiled family: one tile-sized image, its own token run
+            s = _image_side(spec)
+            policy = spec.image_policy()
+            n_tiles = int(policy.tiles(s, s))
+            images = {"pixel_values": torch.zeros(n_tiles, 3, s, s, dtype=torch.uint8),
+                      "image_tiles": torch.tensor([n_tiles], dtype=torch.int32),
+                      "image_sizes": torch.tensor([[s, s]], dtype=torch.int32)}
+            run = torch.from_numpy(policy.expansion(s, s).copy())
         else:
             s = int(spec.image_size)
             images = {"pixel_values": torch.zeros(1, 3, s, s, dtype=torch.uint8)}
-            n_img = (s // spec.patch_size) ** 2
-        if not isinstance(self.adapter, TiledAdapter):
-            run = torch.full((n_img,), spec.image_token_id)
+            run = torch.full(((s // spec.patch_size) ** 2,), spec.image_token_id)
         ids = torch.cat([torch.zeros(1, dtype=torch.int64), run, torch.zeros(3, dtype=torch.int64)])
         labels = ids.clone()
-        labels[: 1 + n_img] = IGNORE
+        labels[: 1 + len(run)] = IGNORE
         total = len(ids)
         return {"input_ids": ids, "labels": labels, "position_ids": torch.arange(total),
                 "cu_seqlens": torch.tensor([0, total], dtype=torch.int32), "max_seqlen": total, **images}
 
 
-_TEXT_KEYS = frozenset({"input_ids", "labels", "position_ids", "attention_mask", "cu_seq_lens_q", "cu_seq_lens_k",
-                        "max_length_q", "max_length_k"})
-
-
-def _tiled_probe(policy) -> tuple[dict, torch.Tensor]:
-    """A tiled family's pack image fields for one black 1 x 1 image (a sample's only one), and its token run."""
-    import numpy as np
-    from PIL import Image
-
-    from vlmdata.decode import sample_args
-
-    alone = sample_args(policy, 1)
-    tiles = np.array(policy.pixels(Image.new("RGB", (1, 1)), 3, *alone))
-    images = {"pixel_values": torch.from_numpy(tiles).permute(0, 3, 1, 2),
-              "image_sizes": torch.ones(1, 2, dtype=torch.int32), "image_tiles": torch.tensor([len(tiles)], dtype=torch.int32)}
-    return images, torch.from_numpy(np.array(policy.expansion(1, 1, *alone), dtype=np.int64))
+def _image_side(spec) -> int:
+    """The side of the vision tower's square input: a tiled family's tile, else LLaVA's image size."""
+    return int(spec.policy["tile"]) if spec.policy is not None else int(spec.image_size)
 
 
 def hf_data_options(data: DataOptions, cfg: HFModelConfig) -> DataOptions:

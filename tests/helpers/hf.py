@@ -15,6 +15,10 @@
 - `qwen3_processor` / `write_qwen3_folder`: the same for Qwen3-VL (patch 16,
   mean/std 0.5; `Qwen3VLProcessor`, `Qwen3VLConfig`); `qwen2_5_processor` /
   `write_qwen2_5_folder` for Qwen2.5-VL (windowed vision attention).
+- `internvl_processor` / `write_internvl_folder`: InternVL3 (`InternVLProcessor`,
+  `GotOcr2ImageProcessorPil` with 56 px tiles, 1 to 4 of them plus the thumbnail, 4 tokens per tile;
+  a tiny `InternVLForConditionalGeneration`); the folder is a whole processor folder (tokenizer, chat
+  template), as vlmdata reads a tiled family's image policy through its text family.
 """
 from __future__ import annotations
 
@@ -37,10 +41,14 @@ LLAVA_SIZE = 336
 ONEVISION_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<video>"]
 ONEVISION_TILE = 28                     # the tiny LLaVA-OneVision's tiles: 2 x 2 features (patch 14)
 ONEVISION_PINPOINTS = [[ONEVISION_TILE * a, ONEVISION_TILE * b] for a in range(1, 5) for b in range(1, 5)]
+INTERNVL_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<img>", "</img>", "<IMG_CONTEXT>", "<video>"]
+INTERNVL_TILE, INTERNVL_MAX_TILES, INTERNVL_PER_TILE = 56, 4, 4     # (56 / 14)^2 patches / 4 (pixel shuffle)
 
 
-def word_tokenizer(specials: list[str], bos: str | None = None, eos: str | None = None, pad: str | None = None):
-    """A transformers fast tokenizer over WORDS (whitespace split) with the given special tokens."""
+def word_tokenizer(specials: list[str], bos: str | None = None, eos: str | None = None, pad: str | None = None,
+                   **named):
+    """A transformers fast tokenizer over WORDS (whitespace split) with the given special tokens (`named`: more
+    tokens the processor takes by name, e.g. InternVL's `context_image_token`)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -48,8 +56,9 @@ def word_tokenizer(specials: list[str], bos: str | None = None, eos: str | None 
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.add_special_tokens(specials)
+    extra = {"extra_special_tokens": named} if named else {}
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", bos_token=bos, eos_token=eos,
-                                   pad_token=pad)
+                                   pad_token=pad, **extra)
 
 
 def _unchecked(cls):
@@ -160,6 +169,20 @@ def onevision_text(processor, conv: Conversation) -> str:
     return processor.apply_chat_template(messages, tokenize=False)
 
 
+def internvl_processor():
+    from transformers import GotOcr2ImageProcessorPil, InternVLProcessor
+
+    from vlmdata.testing import INTERNVL_CHAT_TEMPLATE
+
+    tok = word_tokenizer(INTERNVL_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>", start_image_token="<img>",
+                         end_image_token="</img>", context_image_token="<IMG_CONTEXT>", video_token="<video>")
+    images = GotOcr2ImageProcessorPil(size={"height": INTERNVL_TILE, "width": INTERNVL_TILE},
+                                      max_patches=INTERNVL_MAX_TILES, image_mean=[0.485, 0.456, 0.406],
+                                      image_std=[0.229, 0.224, 0.225])
+    return _unchecked(InternVLProcessor)(image_processor=images, tokenizer=tok, video_processor=None,
+                                         image_seq_length=INTERNVL_PER_TILE, chat_template=INTERNVL_CHAT_TEMPLATE)
+
+
 def _vocab(tokenizer) -> int:
     return 8 * -(-len(tokenizer) // 8)
 
@@ -245,6 +268,33 @@ def write_qwen2_5_folder(path: str, processor=None) -> str:
     return path
 
 
+def write_internvl_folder(path: str, processor=None) -> str:
+    """A tiny InternVL3 folder: the processor's files and a randomly initialisable InternVLConfig (a 1-layer
+    InternViT at 56 px, patch 14, and a 2-layer Qwen2)."""
+    import json
+
+    from transformers import InternVLConfig
+
+    processor = processor or internvl_processor()
+    tok = processor.tokenizer
+    os.makedirs(path, exist_ok=True)
+    tok.save_pretrained(path)
+    processor.image_processor.save_pretrained(path)
+    with open(os.path.join(path, "processor_config.json"), "w") as f:
+        json.dump({"processor_class": "InternVLProcessor", "image_seq_length": processor.image_seq_length}, f)
+    with open(os.path.join(path, "chat_template.json"), "w") as f:
+        json.dump({"chat_template": processor.chat_template}, f)
+    InternVLConfig(
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=INTERNVL_TILE, patch_size=14),
+        text_config=dict(model_type="qwen2", vocab_size=_vocab(tok), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=8192, bos_token_id=None, eos_token_id=None, pad_token_id=None),
+        image_token_id=processor.image_token_id, image_seq_length=processor.image_seq_length,
+    ).save_pretrained(path)
+    return path
+
+
 def llava_config(vocab_size: int, image_token_id: int, image_size: int = LLAVA_SIZE):
     from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
 
@@ -318,12 +368,17 @@ def make_conversations(n: int, seed: int = 0, max_images: int = 2, max_words: in
     return out
 
 
-def qwen_text(conv: Conversation) -> str:
+def qwen_text(conv: Conversation, image: str = "<|vision_start|><|image_pad|><|vision_end|>") -> str:
+    """ChatML text of a conversation with `image` standing for each image (Qwen-VL's vision block)."""
     parts = ["<|im_start|>system a small picture<|im_end|>"]
     for role, text in conv.turns:
-        text = text.replace("<image>", "<|vision_start|><|image_pad|><|vision_end|>")
+        text = text.replace("<image>", image)
         parts.append(f"<|im_start|>{role} {text}<|im_end|>")
     return " ".join(parts)
+
+
+def internvl_text(conv: Conversation) -> str:
+    return qwen_text(conv, image="<IMG_CONTEXT>")
 
 
 def llava_text(conv: Conversation) -> str:
@@ -382,7 +437,7 @@ def references(convs: list[Conversation], processor, family: str, policy, exact:
     from vlmdata.decode import make_decoder, sample_args
 
     decoder = make_decoder("pillow", pixels="exact", crop=family == "llava") if exact else make_decoder("pillow")
-    text = text or (llava_text if family == "llava" else qwen_text)
+    text = text or {"llava": llava_text, "internvl": internvl_text}.get(family, qwen_text)
     nested = bool(sample_args(policy, None))
     out = []
     for conv in convs:
@@ -439,17 +494,35 @@ def run_one_by_one(model, refs, count: int) -> tuple[float, dict]:
     return total, _grads(model)
 
 
-def moved_boundary(inputs: dict, attn: str) -> dict:
-    """Packed forward inputs with the first boundary moved: sample 0 swallows half of sample 1 (a check of packed
-    against one by one must fail on these)."""
-    from vlmdata.hf import block_causal_mask, flash_kwargs
+def shift_one_boundary(inputs: dict) -> dict:
+    """`inputs` with sample 0's end moved half way into sample 1 (boundaries only: the 4-D mask is dropped)."""
+    from vlmdata.hf import flash_kwargs
 
     cu = inputs["cu_seq_lens_q"].clone()
     cu[1] += int(cu[2] - cu[1]) // 2
-    out = dict(inputs, **flash_kwargs(cu, int((cu[1:] - cu[:-1]).max())))
-    if attn in ("sdpa", "eager"):
-        out["attention_mask"] = block_causal_mask(cu, inputs["input_ids"].shape[1])
-    return out
+    bad = dict(inputs, **flash_kwargs(cu, int((cu[1:] - cu[:-1]).max())))
+    bad.pop("attention_mask", None)
+    return bad
+
+
+def check_packed_equals_alone(folder: str, spec, refs, attn: str, tol: float = 1e-5) -> None:
+    """The pack's loss and gradients through the folder's tiny model equal the sum over its samples run alone
+    (relative `tol`), the vision tower is trained, and a boundary moved into the next sample breaks the equality."""
+    from tests.helpers.train import assert_grads_close
+    from vlmdata.hf import attention_kind, block_causal_mask
+
+    model = tiny_model(folder, attn=attn)
+    count = label_count(refs)
+    packed_loss, packed_grads = run_packed(model, packed_inputs(spec, refs, attn), count)
+    alone_loss, alone_grads = run_one_by_one(model, refs, count)
+    assert abs(packed_loss - alone_loss) <= tol * max(1.0, abs(alone_loss))
+    assert_grads_close(packed_grads, alone_grads, rel=tol)
+    assert any(n.startswith(("model.visual", "model.vision_tower")) for n in packed_grads)     # images trained
+    shifted = shift_one_boundary(packed_inputs(spec, refs, attn))
+    if attention_kind(attn) == "masked":
+        shifted["attention_mask"] = block_causal_mask(shifted["cu_seq_lens_q"], shifted["input_ids"].shape[1])
+    wrong_loss, _ = run_packed(model, shifted, count)
+    assert abs(wrong_loss - alone_loss) > tol * max(1.0, abs(alone_loss))               # the check can fail
 
 
 def packed_inputs(spec, refs, attn: str) -> dict:

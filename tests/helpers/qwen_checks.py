@@ -1,6 +1,7 @@
 """Checks every Qwen-VL generation's family passes against its own Hugging Face processor: the vision settings,
 image-token counts for 10^4 random sizes, the chat template's rendering, and the ids, trained positions, pixels and
-grids of the reference corpus sharded and then loaded with the defaults."""
+grids of the reference corpus sharded and then loaded with the defaults (the last two serve every ChatML family
+with Qwen2's ids, InternVL too)."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ import json
 import numpy as np
 import torch
 
-from tests.helpers.exact_pixels import hf_pixels, max_diff
+from tests.helpers.exact_pixels import max_diff, processor_pixels
 from tests.helpers.models import (
     chatml_assistant_positions,
     reference_conversations,
@@ -57,17 +58,18 @@ def check_rendering(folder, processor) -> None:
         assert fam.render(Conversation(messages, n))[0] == processor.apply_chat_template(messages, tokenize=False)
 
 
-def qwen_pixels(processor, inputs: dict, samples: list[list[bytes]]) -> tuple[float, int]:
-    """(worst difference, images compared) of a pack's pixel inputs against the Qwen processor's, image by image;
-    the grids must be equal."""
-    refs = [hf_pixels(processor.image_processor, data) for files in samples for data in files]
+def image_by_image(processor, inputs: dict, samples: list[list[bytes]]) -> tuple[float, int]:
+    """(worst difference, images compared) of a pack's pixel inputs against the processor's, image by image; the
+    grids too where the processor gives them."""
+    refs = [processor_pixels(processor, data) for files in samples for data in files]
     if not refs:
         return 0.0, 0
-    assert torch.equal(inputs["image_grid_thw"], torch.cat([r["image_grid_thw"] for r in refs]))
+    if "image_grid_thw" in refs[0]:
+        assert torch.equal(inputs["image_grid_thw"], torch.cat([r["image_grid_thw"] for r in refs]))
     return max_diff(inputs["pixel_values"], torch.cat([r["pixel_values"] for r in refs])), len(refs)
 
 
-def check_sharded_and_loaded(folder, processor, family: str, tmp_path, pixels=qwen_pixels,
+def check_sharded_and_loaded(folder, processor, family: str, tmp_path, pixels=image_by_image,
                              nested: bool = False) -> None:
     """Shard the reference rows with the folder, load them with the defaults: pixels (`pixels(processor, inputs,
     per-sample image files)` through the family's adapter), ids and trained positions equal the processor's

@@ -19,12 +19,13 @@ from tests.helpers.hf import (
     references,
     run_one_by_one,
     run_packed,
+    shift_one_boundary,
     tiny_model,
     write_llava_folder,
     write_qwen_folder,
 )
 from tests.helpers.train import assert_grads_close
-from vlmdata.hf import ModelSpec, block_causal_mask, flash_kwargs, mrope_position_ids
+from vlmdata.hf import ModelSpec, block_causal_mask, mrope_position_ids
 
 TOL = 1e-5
 
@@ -62,14 +63,6 @@ def test_packed_equals_sum_of_samples(families, tmp_path, family, attn):
     assert any(n.startswith(("model.visual", "model.vision_tower")) for n in packed_grads)   # images trained
 
 
-def _shift_one_boundary(inputs: dict) -> dict:
-    cu = inputs["cu_seq_lens_q"].clone()
-    cu[1] += int(cu[2] - cu[1]) // 2                                         # sample 0 swallows half of sample 1
-    bad = dict(inputs, **flash_kwargs(cu, int((cu[1:] - cu[:-1]).max())))
-    bad.pop("attention_mask", None)
-    return bad
-
-
 def _whole_pack_positions(spec, inputs: dict) -> torch.Tensor:
     """Positions of the pack taken as one sequence (what a collator that ignores boundaries computes)."""
     ids = inputs["input_ids"][0]
@@ -88,7 +81,7 @@ def test_wrong_boundaries_are_caught(families, tmp_path, family):
     alone_loss, alone_grads = run_one_by_one(model, refs, count)
     good = packed_inputs(spec, refs, "sdpa")
     no_mask = {k: v for k, v in good.items() if k != "attention_mask"}      # sdpa ignores cu_seq_lens
-    shifted = _shift_one_boundary(good)
+    shifted = shift_one_boundary(good)
     shifted["attention_mask"] = block_causal_mask(shifted["cu_seq_lens_q"], good["input_ids"].shape[1])
     # (Positions alone are not boundaries: RoPE sees only position differences, so whole-pack positions under
     # the right mask give the same loss; without mask and restarts nothing separates the samples.)
@@ -100,7 +93,7 @@ def test_wrong_boundaries_are_caught(families, tmp_path, family):
         # when no cache is used, and masks by itself.)
         wrong["no mask"] = no_mask
     varlen = tiny_model(folder, attn="vlmdata_varlen")
-    wrong_varlen = _shift_one_boundary(packed_inputs(spec, refs, "vlmdata_varlen"))
+    wrong_varlen = shift_one_boundary(packed_inputs(spec, refs, "vlmdata_varlen"))
     for name, inputs in [*wrong.items(), ("vlmdata_varlen, shifted boundary", wrong_varlen)]:
         loss, grads = run_packed(varlen if name.startswith("vlmdata_varlen") else model, inputs, count)
         assert abs(loss - alone_loss) > TOL * max(1.0, abs(alone_loss)), name   # the equality check fails

@@ -13,20 +13,15 @@ from PIL import Image
 
 from tests.helpers.exact_pixels import tile_rows_diff
 from tests.helpers.hf import (
-    label_count,
+    check_packed_equals_alone,
     make_conversations,
-    moved_boundary,
     onevision_processor,
     onevision_text,
-    packed_inputs,
     reference_pack,
     references,
-    run_one_by_one,
-    run_packed,
     tiny_model,
     write_onevision_folder,
 )
-from tests.helpers.train import assert_grads_close
 from vlmdata.errors import AdapterError
 from vlmdata.hf import ModelSpec, make_adapter, take_meta
 
@@ -86,16 +81,7 @@ def test_pack_pixels_sizes_and_tiling_equal_the_processors(onevision):
 @pytest.mark.parametrize("attn", ["sdpa", "vlmdata_varlen"])
 def test_packed_equals_sum_of_samples(onevision, attn):
     folder, spec, refs = onevision
-    model = tiny_model(folder, attn=attn)
-    count = label_count(refs)
-    inputs = packed_inputs(spec, refs, attn)
-    packed_loss, packed_grads = run_packed(model, inputs, count)
-    alone_loss, alone_grads = run_one_by_one(model, refs, count)
-    assert abs(packed_loss - alone_loss) <= TOL * max(1.0, abs(alone_loss))
-    assert_grads_close(packed_grads, alone_grads, rel=TOL)
-    assert any("vision_tower" in n for n in packed_grads) and any("image_newline" in n for n in packed_grads)
-    wrong_loss, _ = run_packed(model, moved_boundary(inputs, attn), count)
-    assert abs(wrong_loss - alone_loss) > TOL * max(1.0, abs(alone_loss))   # the check can fail
+    check_packed_equals_alone(folder, spec, refs, attn)
 
 
 def test_a_lone_one_tile_image_is_refused(onevision):

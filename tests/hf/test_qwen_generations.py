@@ -9,21 +9,16 @@ import pytest
 import torch
 
 from tests.helpers.hf import (
-    label_count,
+    check_packed_equals_alone,
     make_conversations,
-    moved_boundary,
-    packed_inputs,
     qwen2_5_processor,
     qwen3_processor,
     reference_pack,
     references,
-    run_one_by_one,
-    run_packed,
     tiny_model,
     write_qwen2_5_folder,
     write_qwen3_folder,
 )
-from tests.helpers.train import assert_grads_close
 from vlmdata.errors import AdapterError
 from vlmdata.hf import (
     ModelSpec,
@@ -92,17 +87,9 @@ def test_pixels_grids_and_token_types_equal_the_processors(qwen):
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "vlmdata_varlen"])
-def test_packed_equals_sum_of_samples(qwen, tmp_path, attn):
+def test_packed_equals_sum_of_samples(qwen, attn):
     folder, spec, refs = qwen
-    model = tiny_model(folder, attn=attn)
-    count = label_count(refs)
-    packed_loss, packed_grads = run_packed(model, packed_inputs(spec, refs, attn), count)
-    alone_loss, alone_grads = run_one_by_one(model, refs, count)
-    assert abs(packed_loss - alone_loss) <= TOL * max(1.0, abs(alone_loss))
-    assert_grads_close(packed_grads, alone_grads, rel=TOL)
-    assert any(n.startswith("model.visual") for n in packed_grads)          # images trained
-    wrong_loss, _ = run_packed(model, moved_boundary(packed_inputs(spec, refs, attn), attn), count)
-    assert abs(wrong_loss - alone_loss) > TOL * max(1.0, abs(alone_loss))  # the check can fail
+    check_packed_equals_alone(folder, spec, refs, attn)
 
 
 def test_an_adapter_with_another_patch_size_is_refused(qwen):

@@ -16,7 +16,7 @@ from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "META_KEY": "adapter", "HFBatchAdapter": "adapter", "LlavaAdapter": "adapter", "QwenVLAdapter": "adapter",
-    "Qwen3VLAdapter": "adapter",
+    "Qwen3VLAdapter": "adapter", "InternVLAdapter": "adapter", "Gemma3Adapter": "gemma3_adapter", "gemma3_packed_masks": "gemma3_adapter",
     "LlavaOnevisionAdapter": "llava_onevision_adapter",
     "TiledAdapter": "adapter",
     "make_adapter": "adapter", "ProcessorAdapter": "adapter", "take_meta": "adapter", "text_attention": "adapter",

@@ -34,6 +34,12 @@ What reaches `forward` (pack mode; B = 1, T tokens, N patches, n images):
 The generic family (`ProcessorAdapter`) gives `input_ids`, `labels`, 1-D `position_ids`, the boundaries and
 mask, and exactly the keys its processor returns for the pack's images (`pixel_values`, `image_sizes`, ...).
 
+Gemma 3 (`vlmdata.hf.gemma3_adapter`): `pixel_values` [n, 3, S, S], `token_type_ids`, 1-D positions,
+and per-layer-type masks `{"full_attention", "sliding_attention"}` for sdpa/eager.
+
+InternVL (`InternVLAdapter`, a tiled family) gets LLaVA's keys with `pixel_values` [tiles, 3, S, S]:
+each image's tiles in processor order, normalised with its mean/std.
+
 Packs without images carry no image keys (the model then runs text only).
 Bucket-mode packs ([B, L] rows padded to the longest, with a 2-D
 `attention_mask`) keep the padded layout: the model's own padded path applies,
@@ -45,6 +51,9 @@ boundary.
 """
 from __future__ import annotations
 
+import importlib
+from dataclasses import replace
+
 import torch
 
 from vlmdata.decode.tiling.processor import PROCESSOR_PREFIX
@@ -54,17 +63,24 @@ from vlmdata.hf.mrope import mrope_position_ids
 from vlmdata.hf.pixels import clip_pixels, fixed_to_patches, qwen_patches
 from vlmdata.hf.spec import ModelSpec
 
-__all__ = ["META_KEY", "HFBatchAdapter", "LlavaAdapter", "ProcessorAdapter", "Qwen3VLAdapter", "QwenVLAdapter",
-           "TiledAdapter",
-           "make_adapter", "take_meta", "text_attention", "tiled_adapter_class"]
+__all__ = ["META_KEY", "HFBatchAdapter", "InternVLAdapter", "LlavaAdapter", "ProcessorAdapter", "Qwen3VLAdapter",
+           "QwenVLAdapter", "TiledAdapter", "make_adapter", "take_meta", "text_attention"]
 
 META_KEY = "vlmdata"
+# family -> (module, class) of the adapters that live in their own module (vlmdata/hf/<family>_adapter.py)
+FAMILY_ADAPTERS = {"gemma3": ("vlmdata.hf.gemma3_adapter", "Gemma3Adapter"),
+                   "llava-onevision": ("vlmdata.hf.llava_onevision_adapter", "LlavaOnevisionAdapter")}
 _META_FIELDS = ("sample_keys", "stats", "state")
 
 
 def take_meta(batch: dict) -> dict | None:
     """Remove and return the pack's non-tensor parts (sample_keys, stats, state) from an adapted batch."""
     return batch.pop(META_KEY, None)
+
+
+def _text_config(model):
+    config = getattr(model, "config", None)
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
 def text_attention(model) -> str:
@@ -96,6 +112,8 @@ class HFBatchAdapter:
     @classmethod
     def for_model(cls, spec: ModelSpec, model) -> HFBatchAdapter:
         """The adapter for `spec` matching a loaded model's attention implementation."""
+        if spec.sliding_window is None and isinstance(getattr(_text_config(model), "sliding_window", None), int):
+            spec = replace(spec, sliding_window=int(_text_config(model).sliding_window))
         return make_adapter(spec, text_attention(model))
 
     def fingerprint(self) -> dict:
@@ -141,15 +159,18 @@ class HFBatchAdapter:
         if "pixel_values" in inputs:
             inputs["pixel_values"] = self.normalise(inputs["pixel_values"], dtype)
         if self.kind == MASKED and "cu_seq_lens_q" in inputs and "attention_mask" not in inputs:
-            total = inputs["input_ids"].shape[-1]
-            additive = dtype if self.attn_implementation == "eager" else None
-            inputs["attention_mask"] = block_causal_mask(inputs["cu_seq_lens_q"], total, additive,
-                                                         inputs["input_ids"].device)
+            inputs["attention_mask"] = self.packed_mask(inputs, dtype if self.attn_implementation == "eager" else None)
         for k, v in inputs.items():
-            if not isinstance(v, (torch.Tensor, int)):
+            if not (isinstance(v, (torch.Tensor, int)) or _tensor_dict(v)):
                 raise AdapterError(f"forward input {k!r} is a {type(v).__name__}: only tensors and ints reach "
                                    "the model")
         return inputs
+
+    def packed_mask(self, inputs: dict, additive: torch.dtype | None):
+        """The sdpa/eager mask of a pack: [1, 1, T, T] block-diagonal causal (`hf.boundaries`); boolean, or
+        additive in `additive` (eager). A family whose model takes per-layer-type masks returns a dict."""
+        return block_causal_mask(inputs["cu_seq_lens_q"], inputs["input_ids"].shape[-1], additive,
+                                 inputs["input_ids"].device)
 
     def normalise(self, pixels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """uint8 host pixels -> the vision tower's input."""
@@ -287,33 +308,31 @@ class ProcessorAdapter(HFBatchAdapter):
         return pixels.to(dtype)
 
 
+class InternVLAdapter(TiledAdapter):
+    """InternVL3 / InternVL3.5 (`InternVLForConditionalGeneration`): `pixel_values` [tiles, 3, 448, 448], every
+    image's grid row by row then its thumbnail, normalised as GotOcr2ImageProcessor does (ImageNet mean/std);
+    no tile counts or image sizes (the model scatters tile features over the `<IMG_CONTEXT>` tokens in order,
+    image_seq_length per tile, and its vision tower attends within a tile, so samples never meet there)."""
+
+    family = ("internvl",)
+
+
 def make_adapter(spec: ModelSpec, attn_implementation: str = "sdpa") -> HFBatchAdapter:
-    """The adapter of `spec`'s family (a tiled family's: `tiled_adapter_class`)."""
-    if spec.family == "generic":
-        return ProcessorAdapter(spec, attn_implementation)
-    if spec.policy is not None:
-        return tiled_adapter_class(spec.family)(spec, attn_implementation)
+    """The adapter of `spec`'s family."""
+    if spec.family in FAMILY_ADAPTERS:          # a family's own module (it imports this one: found by name)
+        module, name = FAMILY_ADAPTERS[spec.family]
+        return getattr(importlib.import_module(module), name)(spec, attn_implementation)
+    if spec.family == "internvl":
+        return InternVLAdapter(spec, attn_implementation)
     cls = Qwen3VLAdapter if spec.family == "qwen3-vl" else QwenVLAdapter if spec.is_qwen else LlavaAdapter
+    if spec.family == "generic":
+        cls = ProcessorAdapter
     return cls(spec, attn_implementation)
 
 
-def tiled_adapter_class(family: str) -> type:
-    """A tiled family's adapter: `ADAPTER` of its module `vlmdata.hf.<family>_adapter` ("-" and "." as "_"),
-    found by name as `decode.tiled` finds policies (the module subclasses TiledAdapter: this one cannot import it);
-    TiledAdapter itself when the family has no module."""
-    import importlib
-
-    name = f"vlmdata.hf.{family.replace('-', '_').replace('.', '_')}_adapter"
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name != name:
-            raise
-        return TiledAdapter
-    cls = getattr(module, "ADAPTER", None)
-    if not (isinstance(cls, type) and issubclass(cls, TiledAdapter)):
-        raise AdapterError(f"{name} must name its TiledAdapter subclass ADAPTER")
-    return cls
+def _tensor_dict(v) -> bool:
+    """A mapping of tensors (per-layer-type attention masks, which transformers uses as given)."""
+    return isinstance(v, dict) and bool(v) and all(isinstance(x, torch.Tensor) for x in v.values())
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:

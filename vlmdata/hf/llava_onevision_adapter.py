@@ -21,7 +21,7 @@ import torch
 from vlmdata.errors import AdapterError
 from vlmdata.hf.adapter import TiledAdapter
 
-__all__ = ["ADAPTER", "LlavaOnevisionAdapter", "batch_num_images", "per_image_tiles"]
+__all__ = ["LlavaOnevisionAdapter", "batch_num_images", "per_image_tiles"]
 
 
 def batch_num_images(tiles: torch.Tensor) -> torch.Tensor:
@@ -75,6 +75,3 @@ class LlavaOnevisionAdapter(TiledAdapter):
                 raise AdapterError("LLaVA-OneVision pixel_values without image_tiles: the pack lost its tile counts")
             inputs["pixel_values"] = per_image_tiles(inputs["pixel_values"], tiles)
         return inputs
-
-
-ADAPTER = LlavaOnevisionAdapter

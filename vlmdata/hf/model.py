@@ -63,6 +63,7 @@ def _model_class(family: str):
 
     names = {"qwen2-vl": "Qwen2VLForConditionalGeneration", "qwen2.5-vl": "Qwen2_5_VLForConditionalGeneration",
              "qwen3-vl": "Qwen3VLForConditionalGeneration", "llava": "LlavaForConditionalGeneration",
+             "gemma3": "Gemma3ForConditionalGeneration", "internvl": "InternVLForConditionalGeneration",
              "llava-onevision": "LlavaOnevisionForConditionalGeneration",
              "generic": "AutoModelForImageTextToText"}
     return getattr(transformers, names[family])
@@ -75,6 +76,8 @@ def load_model(path: str, attn_implementation: str = "auto", dtype: torch.dtype 
 
     spec = ModelSpec.from_folder(path)
     attn = choose_attention(device, attn_implementation)
+    if spec.family == "gemma3" and attn_implementation == "auto":
+        attn = "sdpa"                     # Gemma 3's image attention is bidirectional: no varlen/flash path
     if attn == VARLEN_ATTENTION:
         register_varlen_attention()
     cls = _model_class(spec.family)

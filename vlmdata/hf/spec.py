@@ -42,6 +42,7 @@ OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 # config.json model_type -> family name
 FAMILIES = {"qwen2_vl": "qwen2-vl", "qwen2_5_vl": "qwen2.5-vl", "qwen3_vl": "qwen3-vl", "llava": "llava",
+            "gemma3": "gemma3", "internvl": "internvl",
             "llava_onevision": "llava-onevision",
             "generic": "generic"}   # generic: any processor transformers knows (text.families.generic)
 QWEN_FAMILIES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
@@ -57,7 +58,7 @@ _FAMILY_DEFAULTS = {"qwen3-vl": {"patch_size": 16, "image_mean": (0.5,) * 3, "im
 class ModelSpec:
     """The model-family facts the adapters use (see the module docstring for where each comes from).
 
-    family: "qwen2-vl", "qwen2.5-vl", "qwen3-vl" or "llava".
+    family: "qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava" or "gemma3".
     image_mean / image_std: per channel, 0-1 scale, as in preprocessor_config.json.
     patch_size / merge_size / temporal_patch_size: the vision tower's patch geometry (1, 1 for LLaVA's
         merge and temporal axes).
@@ -65,6 +66,8 @@ class ModelSpec:
     policy: a tiled family's image policy dict (InternVL, Idefics3, ...: `decode.tiled`); such a spec
         is read from the processor folder's tokenizer too, as the policy names token ids.
     vocab_size: the text model's embedding rows (None when the folder does not say).
+    sliding_window: the text model's sliding-window span (config.json text_config.sliding_window, or the
+        model's config through `HFBatchAdapter.for_model`); Gemma 3's packed masks need it.
     """
 
     family: str
@@ -80,6 +83,7 @@ class ModelSpec:
     max_pixels: int | None = None
     image_size: int | None = None
     policy: dict | None = None              # a tiled family's image policy (decode.tiled), as in its manifest
+    sliding_window: int | None = None       # the text model's sliding-window span (Gemma 3's packed masks)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES.values():
@@ -200,8 +204,9 @@ class ModelSpec:
         from vlmdata.text.families import load_family
 
         spec = cls.from_family(load_family(path).spec)
-        vocab = _text_vocab(config)
-        return spec if vocab is None else replace(spec, vocab_size=vocab)
+        vocab, window = _text_vocab(config), (config.get("text_config") or {}).get("sliding_window")
+        return replace(spec, vocab_size=vocab if vocab is not None else spec.vocab_size,
+                       sliding_window=int(window) if window is not None else None)
 
 
     @classmethod

@@ -32,6 +32,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from vlmdata.cache.fetch import DirectFetcher, ShardRef
 from vlmdata.decode.policy import FixedPolicy, ImagePolicy, make_policy
+from vlmdata.decode.tiled import is_tiled
 from vlmdata.errors import (
     BadIndexError,
     CorruptShardError,
@@ -421,7 +422,8 @@ class VLMDataset(IterableDataset):
             from vlmdata.decode.choose import make_decoder
 
             vision = self.model_family.vision if self.model_family else None
-            self._decoder = make_decoder(self.decoder_name, self.pixels, resample=vision.resample if vision else 3,
+            name = "pillow" if is_tiled(self.policy) and self.decoder_name == "auto" else self.decoder_name
+            self._decoder = make_decoder(name, self.pixels, resample=vision.resample if vision else 3,
                                          crop=bool(vision and vision.image_size is not None))
         return self._decoder
 

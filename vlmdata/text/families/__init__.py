@@ -4,6 +4,7 @@ from vlmdata._lazy import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "FamilySpec": "base", "ModelFamily": "base", "TRAIN_ON": "base", "VisionSpec": "base",
     "FAMILIES": "registry", "load_family": "registry", "family_names": "registry",
+    "Gemma3Family": "gemma3", "InternVLFamily": "internvl",
     "LlavaOnevisionFamily": "llava_onevision",
     "LlavaFamily": "llava", "GenericFamily": "generic", "Qwen2VLFamily": "qwen2_vl", "Qwen25VLFamily": "qwen2_vl",
 })

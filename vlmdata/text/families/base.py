@@ -133,14 +133,13 @@ def replace_marked(text: str, spans, marker: str, replacement: str) -> tuple[str
     return text.replace(marker, replacement), tuple((moved(a), moved(b)) for a, b in spans)
 
 
-def _token_at(enc, pos: int, stop: int, step: int) -> int | None:
-    """The token holding character `pos`, else the next character's (towards `stop`) that one token holds."""
-    while pos != stop:
-        t = enc.char_to_token(pos)
-        if t is not None:
-            return t
-        pos += step
-    return None
+def _tokens_over(offsets: np.ndarray, a: int, b: int) -> tuple[int | None, int | None]:
+    """(first, last) token whose characters overlap [a, b), or (None, None). Every token of a character
+    counts: a character the tokenizer spells in several byte-fallback tokens is trained whole."""
+    over = np.flatnonzero((offsets[:, 0] < b) & (offsets[:, 1] > a))
+    if not len(over):
+        return None, None
+    return int(over[0]), int(over[-1])
 
 
 class ModelFamily:
@@ -304,9 +303,10 @@ class ModelFamily:
         if mode == "all":
             out[1] = 1
         else:
+            offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
             for a, b in spans:
-                first, last = _token_at(enc, a, b, 1), _token_at(enc, b - 1, a - 1, -1)
-                if first is None or last is None or last < first:
+                first, last = _tokens_over(offsets, a, b)
+                if first is None:
                     continue
                 out[1][first:last + 1] = 1
                 nxt = last + 1

@@ -6,7 +6,9 @@ import os
 
 from vlmdata.errors import ConfigError
 from vlmdata.text.families.base import ModelFamily
+from vlmdata.text.families.gemma3 import Gemma3Family
 from vlmdata.text.families.generic import GenericFamily
+from vlmdata.text.families.internvl import InternVLFamily
 from vlmdata.text.families.llava import LlavaFamily
 from vlmdata.text.families.llava_onevision import LlavaOnevisionFamily
 from vlmdata.text.families.qwen2_vl import Qwen2VLFamily, Qwen3VLFamily, Qwen25VLFamily
@@ -16,7 +18,8 @@ __all__ = ["FAMILIES", "family_names", "load_family"]
 
 # Tried in order; a new family (LLaVA-NeXT anyres, InternVL tiles, Idefics) is a ModelFamily subclass added here.
 FAMILIES: tuple[type[ModelFamily], ...] = (Qwen3VLFamily, Qwen25VLFamily, Qwen2VLFamily, LlavaFamily,
-                                           LlavaOnevisionFamily, GenericFamily)   # GenericFamily last: after every native family
+                                           Gemma3Family, InternVLFamily, LlavaOnevisionFamily,
+                                           GenericFamily)   # GenericFamily last: after every native family
 
 
 def family_names() -> str:
