@@ -119,17 +119,19 @@ class LlavaOnevisionPolicy(TiledPolicy):
         return feat_h * feat_w + feat_h + self.base
 
     def tokens(self, width, height, images=None) -> np.ndarray:
+        """Tokens per image, shaped as `width` (`images`: each image's sample's image count; None: alone)."""
         single = self._single_tokens(width, height)
-        if images is None:
-            return single
-        return np.where(np.asarray(images).reshape(-1) == 1, single, self.base + 1)
+        if images is not None:
+            single = np.where(np.asarray(images).reshape(-1) == 1, single, self.base + 1)
+        return single.reshape(np.shape(width))
 
     def tiles(self, width, height, images=None) -> np.ndarray:
+        """Tiles per image, shaped as `width`: the base image plus the grid, or one for an image of several."""
         rows, cols = self._tile_grid(width, height)
         single = 1 + rows * cols
-        if images is None:
-            return single
-        return np.where(np.asarray(images).reshape(-1) == 1, single, 1)
+        if images is not None:
+            single = np.where(np.asarray(images).reshape(-1) == 1, single, 1)
+        return single.reshape(np.shape(width))
 
     def keep_images(self, total: int, kept: int) -> int:
         """How many of a truncated sample's `total` images it keeps when `kept` fit: never one alone of
