@@ -126,6 +126,10 @@ class HFPackedModel(nn.Module):
             rows = torch.zeros(m * m, 3 * spec.patch_size ** 2, dtype=torch.uint8, device=dev)
             out = inner.get_image_features(self.adapter.normalise(rows, like.dtype),
                                            torch.tensor([[1, m, m]], device=dev))
+        elif spec.policy is not None:        # a tiled family: the probe image as its adapter gives it to the model
+            inputs = self._inputs(self._probe_pack())
+            named = inspect.signature(inner.get_image_features).parameters
+            out = inner.get_image_features(**{k: v for k, v in inputs.items() if k in named and k != "kwargs"})
         else:
             s = _image_side(spec)
             images = self.adapter.normalise(torch.zeros(1, 3, s, s, dtype=torch.uint8, device=dev), like.dtype)

@@ -104,3 +104,16 @@ def worst_pixel_diff(root: str, processor, by_key: dict, **options) -> tuple[flo
         worst = max(worst, max_diff(got["pixel_values"], torch.cat([r["pixel_values"] for r in refs])))
         seen += len(keys)
     return worst, seen, ds.pixels
+
+
+def tile_rows_diff(got: torch.Tensor, rows: list[torch.Tensor]) -> float:
+    """Worst difference of per-image tile rows ([images, most tiles, 3, S, S], zero-padded) from the processor's
+    rows (each zero-padded to its own batch's most tiles); past the shorter of the two both are padding only."""
+    assert got.shape[0] == len(rows), (got.shape, len(rows))
+    worst = 0.0
+    for row, want in zip(got, rows):
+        k = min(len(want), len(row))
+        worst = max(worst, max_diff(row[:k], want[:k]))
+        assert not row[k:].any() and not want[k:].any()
+    return worst
+

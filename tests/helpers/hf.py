@@ -38,6 +38,9 @@ LLAVA_SPECIALS = ["<s>", "</s>", "<image>", "<pad>"]
 QWEN_PIXELS = (56 * 56, 224 * 224)      # min_pixels, max_pixels of the tiny Qwen2-VL
 QWEN3_PIXELS = (64 * 64, 256 * 256)     # and of the tiny Qwen3-VL (patch 16, merge 2)
 LLAVA_SIZE = 336
+ONEVISION_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<video>"]
+ONEVISION_TILE = 28                     # the tiny LLaVA-OneVision's tiles: 2 x 2 features (patch 14)
+ONEVISION_PINPOINTS = [[ONEVISION_TILE * a, ONEVISION_TILE * b] for a in range(1, 5) for b in range(1, 5)]
 INTERNVL_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<img>", "</img>", "<IMG_CONTEXT>", "<video>"]
 INTERNVL_TILE, INTERNVL_MAX_TILES, INTERNVL_PER_TILE = 56, 4, 4     # (56 / 14)^2 patches / 4 (pixel shuffle)
 
@@ -107,6 +110,63 @@ def llava_processor():
                                    crop_size={"height": LLAVA_SIZE, "width": LLAVA_SIZE})
     return _unchecked(LlavaProcessor)(image_processor=images, tokenizer=tok, patch_size=14,
                                       vision_feature_select_strategy="default", num_additional_image_tokens=1)
+
+
+def onevision_processor():
+    """LlavaOnevisionProcessor on the word tokenizer: 28 px tiles, pinpoints up to 4 x 4 tiles (past anyres_max_9,
+    so the model shrinks big grids), mean/std 0.5, the llava-hf chat template."""
+    from transformers import LlavaOnevisionImageProcessorPil, LlavaOnevisionProcessor
+
+    from vlmdata.testing import ONEVISION_TEMPLATE
+
+    tok = word_tokenizer(ONEVISION_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>")
+    images = LlavaOnevisionImageProcessorPil(image_mean=[0.5] * 3, image_std=[0.5] * 3,
+                                             image_grid_pinpoints=ONEVISION_PINPOINTS,
+                                             size={"height": ONEVISION_TILE, "width": ONEVISION_TILE})
+    return _unchecked(LlavaOnevisionProcessor)(image_processor=images, tokenizer=tok, video_processor=None,
+                                               num_image_tokens=(ONEVISION_TILE // 14) ** 2,
+                                               vision_feature_select_strategy="full", chat_template=ONEVISION_TEMPLATE)
+
+
+def write_onevision_folder(path: str, processor=None) -> str:
+    """A tiny LLaVA-OneVision model and processor folder (SigLIP 1 layer, Qwen2 2 layers): config, image processor
+    and processor settings, the word tokenizer and chat template (the text family reads them)."""
+    import json
+
+    from transformers import LlavaOnevisionConfig
+
+    processor = processor or onevision_processor()
+    tok = processor.tokenizer
+    os.makedirs(path, exist_ok=True)
+    LlavaOnevisionConfig(
+        vision_config=dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=2, image_size=ONEVISION_TILE, patch_size=14),
+        text_config=dict(model_type="qwen2", vocab_size=_vocab(tok), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+                         bos_token_id=None, eos_token_id=None, pad_token_id=None),
+        image_token_index=processor.image_token_id, video_token_index=processor.video_token_id,
+        image_grid_pinpoints=ONEVISION_PINPOINTS, vision_feature_select_strategy="full",
+        vision_aspect_ratio="anyres_max_9").save_pretrained(path)
+    tok.save_pretrained(path)
+    ip = processor.image_processor
+    files = {"preprocessor_config.json": {**ip.to_dict(), "processor_class": "LlavaOnevisionProcessor"},
+             "processor_config.json": {"processor_class": "LlavaOnevisionProcessor",
+                                       "num_image_tokens": processor.num_image_tokens,
+                                       "vision_feature_select_strategy": "full", "vision_aspect_ratio": "anyres_max_9"},
+             "chat_template.json": {"chat_template": processor.chat_template}}
+    for name, data in files.items():
+        with open(os.path.join(path, name), "w") as f:
+            json.dump(data, f)
+    return path
+
+
+def onevision_text(processor, conv: Conversation) -> str:
+    """The conversation through the processor's chat template (each user turn's images first)."""
+    messages = []
+    for role, text in conv.turns:
+        images = [{"type": "image"}] * text.count("<image>")
+        messages.append({"role": role, "content": images + [{"type": "text", "text": text.replace("<image> ", "")}]})
+    return processor.apply_chat_template(messages, tokenize=False)
 
 
 def internvl_processor():
@@ -375,27 +435,31 @@ class Reference:
 
 
 def references(convs: list[Conversation], processor, family: str, policy, exact: bool = False,
-               resample: int = 3) -> list[Reference]:
+               resample: int = 3, text=None) -> list[Reference]:
     """Per conversation: the processor's tensors and vlmdata's decoded images. `exact`: vlmdata decodes with
     the processor-exact decoder and the processor gets the original images (as `load_image` opens them), so
     pixels are compared from the files; else the processor gets vlmdata's (fast) decoded images, already at
     the policy's size (how a fixed policy other than the processor's own is checked). `resample`: the exact
-    decoder's filter (the folder's)."""
+    decoder's filter (the folder's). `text(conv)`: the processor's text (default: the family's fixed layout).
+    A per_sample policy's processor is given each sample's images as one list (as apply_chat_template gives
+    them), and its decoder their count."""
     from transformers.image_utils import load_image
 
-    from vlmdata.decode import make_decoder
+    from vlmdata.decode import make_decoder, sample_args
 
     decoder = (make_decoder("pillow", pixels="exact", crop=family == "llava", resample=resample) if exact
                else make_decoder("pillow"))
+    text = text or TEXTS.get(family, qwen_text)
+    nested = bool(sample_args(policy, None))
     out = []
     for conv in convs:
-        decoded = decoder.decode(conv.images, conv.sizes, policy) if conv.images else []
-        text = TEXTS.get(family, qwen_text)(conv)
+        counts = [len(conv.images)] * len(conv.images)
+        decoded = decoder.decode(conv.images, conv.sizes, policy, *([counts] if nested else [])) if conv.images else []
         if exact:
             pil = [load_image(Image.open(io.BytesIO(b))) for b in conv.images] or None
         else:
             pil = [Image.fromarray(d) for d in decoded] or None
-        got = processor(text=[text], images=pil, return_tensors="pt")
+        got = processor(text=[text(conv)], images=[pil] if nested and pil else pil, return_tensors="pt")
         ids = got["input_ids"][0].numpy().astype(np.int64)
         out.append(Reference(conv.key, dict(got), ids, assistant_labels(ids, processor.tokenizer, family), decoded,
                              list(conv.sizes)))

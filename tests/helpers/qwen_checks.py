@@ -58,9 +58,22 @@ def check_rendering(folder, processor) -> None:
         assert fam.render(Conversation(messages, n))[0] == processor.apply_chat_template(messages, tokenize=False)
 
 
-def check_sharded_and_loaded(folder, processor, family: str, tmp_path) -> None:
-    """Shard the reference rows with the folder, load them with the defaults: pixels and grids, where the
-    processor gives them (through the family's adapter), ids and trained positions equal the processor's."""
+def image_by_image(processor, inputs: dict, samples: list[list[bytes]]) -> tuple[float, int]:
+    """(worst difference, images compared) of a pack's pixel inputs against the processor's, image by image; the
+    grids too where the processor gives them."""
+    refs = [processor_pixels(processor, data) for files in samples for data in files]
+    if not refs:
+        return 0.0, 0
+    if "image_grid_thw" in refs[0]:
+        assert torch.equal(inputs["image_grid_thw"], torch.cat([r["image_grid_thw"] for r in refs]))
+    return max_diff(inputs["pixel_values"], torch.cat([r["pixel_values"] for r in refs])), len(refs)
+
+
+def check_sharded_and_loaded(folder, processor, family: str, tmp_path, pixels=image_by_image,
+                             nested: bool = False) -> None:
+    """Shard the reference rows with the folder, load them with the defaults: pixels (`pixels(processor, inputs,
+    per-sample image files)` through the family's adapter), ids and trained positions equal the processor's
+    (given each sample's images as one list when `nested`, as apply_chat_template gives them)."""
     rows, expected = write_reference_rows(tmp_path / "raw")
     m = shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=str(folder), workers=0,
                                   max_samples_per_shard=4))
@@ -74,18 +87,15 @@ def check_sharded_and_loaded(folder, processor, family: str, tmp_path) -> None:
         got.update(samples_of(pack))
         host = adapter(pack)
         keys = take_meta(host)["sample_keys"]
-        inputs = adapter.finalize(host)
-        refs = [processor_pixels(processor, (rows.parent / f).read_bytes()) for k in keys for f in files[k]]
-        if refs:
-            worst = max(worst, max_diff(inputs["pixel_values"], torch.cat([r["pixel_values"] for r in refs])))
-            if "image_grid_thw" in refs[0]:
-                assert torch.equal(inputs["image_grid_thw"], torch.cat([r["image_grid_thw"] for r in refs]))
-            compared += len(refs)
+        diff, n = pixels(processor, adapter.finalize(host), [[(rows.parent / f).read_bytes() for f in files[k]]
+                                                            for k in keys])
+        worst, compared = max(worst, diff), compared + n
     assert compared > 0 and worst <= 1e-5
     header = processor.tokenizer.encode("assistant\n", add_special_tokens=False)
     for n, (messages, images) in enumerate(expected):
         text = processor.apply_chat_template(messages, tokenize=False)
-        ref = processor(text=[text], images=images or None, return_tensors="np")["input_ids"][0]
+        given = ([images] if nested else images) if images else None
+        ref = processor(text=[text], images=given, return_tensors="np")["input_ids"][0]
         ids, labels = got[f"conv{n}"]
         assert np.array_equal(ids, ref), f"conv{n}"
         want = chatml_assistant_positions(ref, IM_START, IM_END, header)

@@ -3,16 +3,20 @@ units, and `vlmdata_pipelines.train --model hf:DIR` trains on a vlmdata dataset.
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
 
 from tests.helpers.hf import (
     make_conversations,
+    onevision_processor,
+    onevision_text,
     qwen_processor,
     reference_pack,
     references,
     write_llava_folder,
+    write_onevision_folder,
     write_qwen_folder,
 )
 from tests.helpers.train import make_dataset
@@ -55,6 +59,49 @@ def test_packs_without_images_keep_every_parameter_in_the_graph(tmp_path):
     missing = [n for n, p in wrapped.named_parameters() if p.requires_grad and p.grad is None]
     assert missing == [] and int(count) == 5
     assert len(wrapped.fsdp_units()) == 2 + 1                                      # 2 decoder + 1 vision block
+
+
+def test_a_tiled_family_llava_onevision(tmp_path):
+    """LLaVA-OneVision (tiled, anyres): the loss sum equals the model's own on a pack of lone and multi-image
+    samples, and a pack without images still reaches every trainable parameter (the probe image's tiles)."""
+    proc = onevision_processor()
+    folder = write_onevision_folder(str(tmp_path), proc)
+    torch.manual_seed(0)
+    wrapped = HFPackedModel(HFModelConfig(folder, "sdpa"))
+    spec = wrapped.spec
+    refs = references(make_conversations(4, seed=48, max_images=3), proc, spec.family, spec.image_policy(),
+                      exact=True, text=lambda conv: onevision_text(proc, conv))
+    pack = reference_pack(refs, spec.image_policy(), spec.image_token_id)
+    loss_sum, count = wrapped(pack)
+    adapter = make_adapter(spec, "sdpa")
+    host = adapter(pack)
+    take_meta(host)
+    torch.testing.assert_close(loss_sum, wrapped.model(**adapter.finalize(host), num_items_in_batch=1).loss,
+                               rtol=1e-5, atol=1e-5)
+    ids = torch.tensor([1, 2, 3, 4, 5, 6])
+    text_only = {"input_ids": ids, "labels": ids.clone(), "position_ids": torch.arange(6),
+                 "cu_seqlens": torch.tensor([0, 6], dtype=torch.int32), "max_seqlen": 6}
+    loss, _ = wrapped(text_only)
+    loss.backward()
+    assert [n for n, p in wrapped.named_parameters() if p.requires_grad and p.grad is None] == []
+    assert any("vision_tower" in n for n, p in wrapped.named_parameters() if p.grad is not None)
+
+
+def test_train_llava_onevision_from_the_command_line(tmp_path):
+    """A corpus sharded with the tiny LLaVA-OneVision's folder (lone and multi-image samples) trains with
+    `--model hf:DIR`: finite losses over the steps, images seen."""
+    from tests.helpers.models import write_reference_rows
+    from vlmdata import ShardConfig, shard_dataset
+
+    folder = write_onevision_folder(str(tmp_path / "model"))
+    rows, _ = write_reference_rows(tmp_path / "raw")
+    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=folder, workers=0))
+    out = tmp_path / "out"
+    assert main(["--data", str(tmp_path / "ds"), "--model", f"hf:{folder}", "--steps", "6", "--max-tokens", "2048",
+                 "--num-workers", "1", "--lr", "3e-3", "--out", str(out)]) == 0
+    result = json.load(open(out / "result.rank0.json"))
+    assert result["steps"] == list(range(6)) and result["images"] > 0
+    assert all(math.isfinite(x) for x in result["losses"])
 
 
 def test_llava_unused_parameters_are_frozen(tmp_path):

@@ -12,6 +12,6 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "PillowDecoder": "pillow",
     "loader_formats": "probe", "open_image": "probe", "probe_decode": "probe", "scrub": "probe",
     "DynamicPolicy": "policy", "FixedPolicy": "policy", "ImagePolicy": "policy", "make_policy": "policy",
-    "TiledPolicy": "tiled", "is_tiled": "tiled", "register_kind": "tiled",
+    "TiledPolicy": "tiled", "is_tiled": "tiled", "register_kind": "tiled", "sample_args": "tiled",
     "TurboDecoder": "turbo", "scale_for": "turbo",
 })

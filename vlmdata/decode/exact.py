@@ -76,13 +76,13 @@ class ExactDecoder(PillowDecoder):
                 return None
             return self.from_image(img, width, height)
 
-    def _tiles(self, data, width: int, height: int, policy) -> np.ndarray | None:
+    def _tiles(self, data, width: int, height: int, policy, *images: int) -> np.ndarray | None:
         """A tiled policy's tiles, made from the full-resolution RGB image as its processor makes them."""
         with Image.open(io.BytesIO(data)) as img:
             if img.width * img.height > self.max_pixels:
                 self._errors[Skip.IMAGE_TOO_LARGE] += 1
                 return None
-            return policy.pixels(processor_rgb(img), int(self.resample))
+            return policy.pixels(processor_rgb(img), int(self.resample), *images)
 
     def from_image(self, img: Image.Image, width: int, height: int) -> np.ndarray:
         """An opened image (orientation not yet applied) -> (height, width, 3) uint8, as the processor resizes it."""

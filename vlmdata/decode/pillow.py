@@ -30,7 +30,7 @@ from PIL import Image
 from vlmdata.decode.failures import failure_reason
 from vlmdata.decode.policy import ImagePolicy
 from vlmdata.decode.probe import open_image
-from vlmdata.decode.tiled import is_tiled
+from vlmdata.decode.tiled import is_tiled, sample_args
 from vlmdata.errors import Skip
 from vlmdata.orientation import displayed_size, effective_orientation, read_orientation
 
@@ -57,11 +57,15 @@ class PillowDecoder:
         self.draft = draft
         self._errors: Counter = Counter()
 
-    def decode(self, images: list, sizes: list[tuple[int, int]], policy: ImagePolicy) -> list[np.ndarray | None]:
+    def decode(self, images: list, sizes: list[tuple[int, int]], policy: ImagePolicy,
+               counts: list[int] | None = None) -> list[np.ndarray | None]:
         """(H, W, 3) uint8 per image at policy.target_size, or None for a bad image; a tiled policy's
-        (n, S, S, 3) tiles per image (`decode.tiled`)."""
+        (n, S, S, 3) tiles per image (`decode.tiled`; `counts`: the image count of each image's sample,
+        which a per_sample policy's tiles depend on, 1 when not given)."""
         if is_tiled(policy):
-            return [self._guarded(self._tiles, data, w, h, policy) for data, (w, h) in zip(images, sizes)]
+            counts = [1] * len(images) if counts is None else counts
+            return [self._guarded(self._tiles, data, w, h, policy, *sample_args(policy, n))
+                    for data, (w, h), n in zip(images, sizes, counts)]
         return [self.decode_one(data, *policy.target_size(w, h)) for data, (w, h) in zip(images, sizes)]
 
     def decode_one(self, data, width: int, height: int) -> np.ndarray | None:
@@ -80,9 +84,9 @@ class PillowDecoder:
     def _decode(self, data, width: int, height: int) -> np.ndarray | None:
         return self._displayed(data, width, height, np.asarray)
 
-    def _tiles(self, data, width: int, height: int, policy) -> np.ndarray | None:
+    def _tiles(self, data, width: int, height: int, policy, *images: int) -> np.ndarray | None:
         """A tiled policy's tiles of the whole decoded image, made with this decoder's filter (fast mode)."""
-        return self._displayed(data, width, height, lambda img: policy.pixels(img, int(self.resample)))
+        return self._displayed(data, width, height, lambda img: policy.pixels(img, int(self.resample), *images))
 
     def _displayed(self, data, width: int, height: int, finish):
         """`finish(image)` of the image as displayed at (width, height), RGB, while it is open; None

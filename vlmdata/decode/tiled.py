@@ -14,6 +14,11 @@ replace the image placeholder with a token sequence that depends on the tiling (
 - `pixels(image, resample)` — the tiles of one decoded image, (n, tile, tile, 3) uint8, made as the
   family's image processor makes them from the same RGB image (`decode.exact.processor_rgb`).
 
+A `per_sample` policy lays an image out by how many images its sample holds too (LLaVA-OneVision:
+anyres for a lone image, one tile for each of several): its `tokens`, `tiles`, `layout_key`,
+`expansion` and `pixels` take that count (`images`, per image) after the size, which every caller
+passes through `sample_args`; `keep_images` says how many images a truncated sample may keep.
+
 A policy travels in manifests as `to_dict()`; `make_policy` rebuilds it by its `kind`, from the
 module `vlmdata.decode.tiling.<kind>` (its `POLICY` class) or a class given to `register_kind`.
 """
@@ -25,7 +30,7 @@ from typing import ClassVar
 
 import numpy as np
 
-__all__ = ["TiledPolicy", "is_tiled", "register_kind", "tiled_policy"]
+__all__ = ["TiledPolicy", "is_tiled", "register_kind", "sample_args", "tiled_policy"]
 
 _KINDS: dict[str, type] = {}
 
@@ -35,6 +40,7 @@ class TiledPolicy:
     """Base class of a family's tiling rules (see the module docstring); subclasses are frozen dataclasses."""
 
     kind: ClassVar[str] = ""
+    per_sample: ClassVar[bool] = False  # the layout also depends on the image count of the image's sample
     tile: int = 448                  # tile side in pixels
     patch: int = 14                  # vision patch side
     merge: int = 1                   # vision patches merged into one token per side (cost model)
@@ -59,9 +65,14 @@ class TiledPolicy:
         """(n, tile, tile, 3) uint8 tiles of an RGB PIL image (orientation applied), processor order."""
         raise NotImplementedError
 
+    def keep_images(self, total: int, kept: int) -> int:
+        """How many images a sample of `total` truncated after `kept` of them keeps (per_sample policies:
+        fewer when `kept` would give the kept images another layout than the one they were decoded for)."""
+        return kept
+
     # ---- shared ----------------------------------------------------------------------------------
-    def expansion(self, width: int, height: int) -> np.ndarray:
-        key = self.layout_key(int(width), int(height))
+    def expansion(self, width: int, height: int, *images: int) -> np.ndarray:
+        key = self.layout_key(int(width), int(height), *(int(n) for n in images))
         cache = self.__dict__.setdefault("_expansions", {})
         ids = cache.get(key)
         if ids is None:
@@ -89,6 +100,14 @@ class TiledPolicy:
 
 def is_tiled(policy) -> bool:
     return isinstance(policy, TiledPolicy)
+
+
+def sample_args(policy, images) -> tuple:
+    """The extra arguments of `policy`'s per-image calls: `(images,)` (the image count of each image's
+    sample, a callable computing it on demand) for a per_sample policy, else ()."""
+    if not getattr(policy, "per_sample", False):
+        return ()
+    return (images() if callable(images) else images,)
 
 
 def register_kind(cls: type) -> type:

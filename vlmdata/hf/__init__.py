@@ -18,6 +18,8 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "META_KEY": "adapter", "HFBatchAdapter": "adapter", "LlavaAdapter": "adapter", "QwenVLAdapter": "adapter",
     "Qwen3VLAdapter": "adapter", "InternVLAdapter": "adapter",
     "Idefics3Adapter": "adapter", "Gemma3Adapter": "gemma3_adapter", "gemma3_packed_masks": "gemma3_adapter",
+    "LlavaOnevisionAdapter": "llava_onevision_adapter",
+    "TiledAdapter": "adapter",
     "make_adapter": "adapter", "ProcessorAdapter": "adapter", "take_meta": "adapter", "text_attention": "adapter",
     "attention_kind": "boundaries", "block_causal_mask": "boundaries", "flash_kwargs": "boundaries",
     "choose_attention": "model", "has_weights": "model", "load_model": "model",

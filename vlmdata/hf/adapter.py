@@ -76,7 +76,8 @@ __all__ = ["META_KEY", "HFBatchAdapter", "Idefics3Adapter", "InternVLAdapter", "
 
 META_KEY = "vlmdata"
 # family -> (module, class) of the adapters that live in their own module (vlmdata/hf/<family>_adapter.py)
-FAMILY_ADAPTERS = {"gemma3": ("vlmdata.hf.gemma3_adapter", "Gemma3Adapter")}
+FAMILY_ADAPTERS = {"gemma3": ("vlmdata.hf.gemma3_adapter", "Gemma3Adapter"),
+                   "llava-onevision": ("vlmdata.hf.llava_onevision_adapter", "LlavaOnevisionAdapter")}
 _META_FIELDS = ("sample_keys", "stats", "state")
 
 

@@ -64,6 +64,7 @@ def _model_class(family: str):
     names = {"qwen2-vl": "Qwen2VLForConditionalGeneration", "qwen2.5-vl": "Qwen2_5_VLForConditionalGeneration",
              "qwen3-vl": "Qwen3VLForConditionalGeneration", "llava": "LlavaForConditionalGeneration",
              "gemma3": "Gemma3ForConditionalGeneration", "internvl": "InternVLForConditionalGeneration",
+             "llava-onevision": "LlavaOnevisionForConditionalGeneration",
              "generic": "AutoModelForImageTextToText",
              "idefics3": "Idefics3ForConditionalGeneration", "smolvlm": "SmolVLMForConditionalGeneration"}
     return getattr(transformers, names[family])
@@ -82,7 +83,7 @@ def load_model(path: str, attn_implementation: str = "auto", dtype: torch.dtype 
         register_varlen_attention()
     cls = _model_class(spec.family)
     impl: str | dict = attn
-    if spec.family == "llava" and "flash" in attn:
+    if spec.family in ("llava", "llava-onevision") and "flash" in attn:
         impl = {"text_config": attn, "vision_config": "sdpa", "": attn}
     if has_weights(path):
         log.info("loading %s weights from %s (attention: %s)", spec.family, path, attn)

@@ -43,6 +43,7 @@ OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 # config.json model_type -> family name
 FAMILIES = {"qwen2_vl": "qwen2-vl", "qwen2_5_vl": "qwen2.5-vl", "qwen3_vl": "qwen3-vl", "llava": "llava",
             "gemma3": "gemma3", "internvl": "internvl", "idefics3": "idefics3", "smolvlm": "smolvlm",
+            "llava_onevision": "llava-onevision",
             "generic": "generic"}   # generic: any processor transformers knows (text.families.generic)
 QWEN_FAMILIES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vlmdata.decode.tiled import sample_args
 from vlmdata.errors import ConfigError
 
 __all__ = ["ANSI", "PLAIN", "Piece", "TokenRenderer", "format_pieces"]
@@ -61,7 +62,8 @@ class TokenRenderer:
     """Turns stored tokens into `Piece`s with one tokenizer (see the module docstring).
 
     `decode(ids) -> str` decodes a run of ids; `names` maps ids shown by a fixed text (vlmdata's role
-    tokens); `image_tokens(w, h)` gives the tokens an image expands to at load time (None: unknown).
+    tokens); `image_tokens(w, h, n)` gives the tokens an image of a sample of n images expands to at load time
+    (None: unknown).
     """
 
     def __init__(self, decode: Callable[[list[int]], str], image_id: int, names: dict[int, str] | None = None,
@@ -101,15 +103,15 @@ class TokenRenderer:
                               "original model folder with --tokenizer DIR")
         tok = Tokenizer.from_str(folder.tokenizer_json)
         policy = VisionSpec.from_dict(identity["vision"]).image_policy() if identity.get("vision") else None
-        count = (lambda w, h: int(policy.tokens(np.asarray([w]), np.asarray([h]))[0])) if policy else None
+        count = (lambda w, h, n: int(policy.tokens([w], [h], *sample_args(policy, [n]))[0])) if policy else None
         return cls(lambda ids: tok.decode(ids, skip_special_tokens=False), identity["special"]["image"],
                    image_tokens=count)
 
-    def _image_marker(self, size: tuple[int, int] | None) -> str:
+    def _image_marker(self, size: tuple[int, int] | None, images: int) -> str:
         if size is None:
             return "<image>"
         w, h = size
-        n = self.image_tokens(w, h) if self.image_tokens is not None and w and h else None
+        n = self.image_tokens(w, h, images) if self.image_tokens is not None and w and h else None
         return f"<image {w}x{h}" + (f" ×{n}>" if n is not None else ">")
 
     def pieces(self, tokens: np.ndarray, sizes: list[tuple[int, int]]) -> list[Piece]:
@@ -121,7 +123,7 @@ class TokenRenderer:
         while a < len(ids):
             i = ids[a]
             if i == self.image_id or i in self.names:
-                text = self._image_marker(sizes[n_img] if n_img < len(sizes) else None) \
+                text = self._image_marker(sizes[n_img] if n_img < len(sizes) else None, len(sizes)) \
                     if i == self.image_id else self.names[i]
                 n_img += i == self.image_id
                 kind = "image" if i == self.image_id else ("trained" if trained[a] else "text")

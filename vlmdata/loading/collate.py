@@ -37,7 +37,7 @@ import numpy as np
 
 from vlmdata.decode.patches import flatten_patches
 from vlmdata.decode.policy import DynamicPolicy, ImagePolicy
-from vlmdata.decode.tiled import is_tiled
+from vlmdata.decode.tiled import is_tiled, sample_args
 from vlmdata.loading.shared_pack import PackedBatch, PackWriter
 from vlmdata.loading.video_pack import declare_videos, fill_videos, video_mask, video_repeats
 from vlmdata.metrics.counts import StatsDelta
@@ -80,8 +80,10 @@ def prepare_sample(key: str, tokens: np.ndarray, images: list, sizes: list[tuple
     n_img = int(is_img.sum())
     if n_img != len(images):
         raise ValueError(f"sample {key}: {n_img} image placeholders for {len(images)} images")
-    per_image = np.asarray(cfg.policy.tokens(np.asarray([w for w, _ in sizes]), np.asarray([h for _, h in sizes])),
-                           dtype=np.int64).reshape(-1)
+    counts = np.full(n_img, n_img, np.int64)                  # the image count of each image's sample
+    extra = sample_args(cfg.policy, counts)
+    ws, hs = np.asarray([w for w, _ in sizes]), np.asarray([h for _, h in sizes])
+    per_image = np.asarray(cfg.policy.tokens(ws, hs, *extra), dtype=np.int64).reshape(-1)
     is_vid = video_mask(ids, cfg.video_token_id)
     if int(is_vid.sum()) != len(videos):
         raise ValueError(f"sample {key}: {int(is_vid.sum())} video placeholders for {len(videos)} videos")
@@ -98,6 +100,10 @@ def prepare_sample(key: str, tokens: np.ndarray, images: list, sizes: list[tuple
         inside = vision & (starts < cut) & (ends > cut)
         if inside.any():
             cut = int(starts[inside][0])
+        fits = int((is_img & (ends <= cut)).sum())
+        keep = cfg.policy.keep_images(n_img, fits) if extra else fits
+        if keep < fits:                                      # the policy keeps fewer: cut before the next one
+            cut = int(starts[is_img][keep])
         keep_positions = int(np.searchsorted(ends, cut, side="right"))   # placeholders fully before the cut
         ids, loss, repeats = ids[:keep_positions], loss[:keep_positions], repeats[:keep_positions]
         n_keep = int((ids == cfg.image_token_id).sum())
@@ -106,7 +112,7 @@ def prepare_sample(key: str, tokens: np.ndarray, images: list, sizes: list[tuple
     is_img = ids == cfg.image_token_id
     exp_ids = np.repeat(ids, repeats)
     labels = np.repeat(np.where((loss > 0) & ~is_img & ~video_mask(ids, cfg.video_token_id), ids, IGNORE), repeats)
-    write_expansions(exp_ids, placeholder_starts(repeats, is_img), sizes, cfg.policy)
+    write_expansions(exp_ids, placeholder_starts(repeats, is_img), sizes, cfg.policy, counts)
     if len(labels):
         labels[0] = IGNORE
     return PreparedSample(key, exp_ids, labels, list(images), list(sizes), list(videos)), truncated
@@ -118,14 +124,16 @@ def placeholder_starts(repeats: np.ndarray, is_img: np.ndarray) -> np.ndarray:
     return (ends - repeats)[is_img]
 
 
-def write_expansions(exp_ids: np.ndarray, starts: np.ndarray, sizes, policy) -> None:
+def write_expansions(exp_ids: np.ndarray, starts: np.ndarray, sizes, policy, counts=None) -> None:
     """Overwrite each image's run of placeholder ids with a tiled policy's token sequence (`<img>`,
-    tile markers, newlines: `decode.tiled`); other policies' runs are the image token repeated."""
+    tile markers, newlines: `decode.tiled`); other policies' runs are the image token repeated.
+    `counts`: the image count of each image's sample (for a per_sample policy)."""
     expansion = getattr(policy, "expansion", None)
     if expansion is None:
         return
-    for start, (w, h) in zip(starts.tolist(), sizes):
-        ids = expansion(w, h)
+    per_sample = getattr(policy, "per_sample", False)
+    for i, (start, (w, h)) in enumerate(zip(starts.tolist(), sizes)):
+        ids = expansion(w, h, int(counts[i])) if per_sample else expansion(w, h)
         exp_ids[start:start + len(ids)] = ids
 
 

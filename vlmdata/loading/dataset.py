@@ -390,18 +390,24 @@ class VLMDataset(IterableDataset):
         self._decode_threads = int(threads)
         self._pool = None
 
-    def _decode_images(self, decoder, images: list, sizes: list) -> list:
+    def _decode_images(self, decoder, images: list, sizes: list, counts: list) -> list:
+        """Decode `images` (`counts`: the image count of each one's sample, for a per_sample policy)."""
         n = self._decode_threads
         self._own_process()
+        per_sample = getattr(self.policy, "per_sample", False)
+
+        def run(ims, szs, cts):
+            return decoder.decode(ims, szs, self.policy, cts) if per_sample else decoder.decode(ims, szs, self.policy)
+
         if n <= 1 or len(images) < 2:
-            return decoder.decode(images, sizes, self.policy)
+            return run(images, sizes, counts)
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(n, thread_name_prefix="vlmdata-decode")
         step = -(-len(images) // n)
-        chunks = [(images[i:i + step], sizes[i:i + step]) for i in range(0, len(images), step)]
-        parts = self._pool.map(lambda c: decoder.decode(c[0], c[1], self.policy), chunks)
+        chunks = [(images[i:i + step], sizes[i:i + step], counts[i:i + step]) for i in range(0, len(images), step)]
+        parts = self._pool.map(lambda c: run(*c), chunks)
         return [im for part in parts for im in part]
 
     def _get_fetcher(self):
@@ -664,7 +670,8 @@ class VLMDataset(IterableDataset):
         if encoded:
             decoder = self._get_decoder()
             t0 = time.perf_counter()
-            images = self._decode_images(decoder, [r.images[i] for r, i in encoded], [r.sizes[i] for r, i in encoded])
+            images = self._decode_images(decoder, [r.images[i] for r, i in encoded], [r.sizes[i] for r, i in encoded],
+                                         [len(r.sizes) for r, _ in encoded])
             stats.decode_seconds += time.perf_counter() - t0
             decoded = {(id(r), i): im for (r, i), im in zip(encoded, images)}
             errors = decoder.pop_errors()

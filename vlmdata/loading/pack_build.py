@@ -17,6 +17,7 @@ import logging
 
 import numpy as np
 
+from vlmdata.decode.tiled import sample_args
 from vlmdata.errors import Skip
 from vlmdata.loading.collate import (
     IGNORE,
@@ -67,10 +68,12 @@ def _fast_pack(records: list, images: list[list], cfg: CollateConfig, stats: Sta
     clips = [v for vs in videos for v in vs]
     repeats = np.ones(len(ids), np.int64)
     repeats[is_vid] = video_repeats(clips)
+    counts = np.repeat(np.diff(placeholders), np.diff(placeholders))     # the image count of each image's sample
     if sizes:
         ws = np.fromiter((w for w, _ in sizes), np.int64, len(sizes))
         hs = np.fromiter((h for _, h in sizes), np.int64, len(sizes))
-        repeats[is_img] = np.asarray(cfg.policy.tokens(ws, hs), np.int64).reshape(-1)
+        extra = sample_args(cfg.policy, counts)
+        repeats[is_img] = np.asarray(cfg.policy.tokens(ws, hs, *extra), np.int64).reshape(-1)
     exp_cu = _cumsum0(repeats)[tok_cu]
     exp_lens = np.diff(exp_cu)
     if (exp_lens > cfg.max_tokens).any():
@@ -85,7 +88,7 @@ def _fast_pack(records: list, images: list[list], cfg: CollateConfig, stats: Sta
     declare_videos(out, clips)
     a = out.allocate()
     a["input_ids"][:] = np.repeat(ids, repeats)
-    write_expansions(a["input_ids"], placeholder_starts(repeats, is_img), sizes, cfg.policy)
+    write_expansions(a["input_ids"], placeholder_starts(repeats, is_img), sizes, cfg.policy, counts)
     a["labels"][:] = np.repeat(np.where((loss > 0) & ~is_img & ~is_vid, ids, IGNORE), repeats)
     a["labels"][exp_cu[:-1][exp_lens > 0]] = IGNORE          # each sample's first token predicts nothing
     np.subtract(np.arange(total, dtype=np.int64), np.repeat(exp_cu[:-1], exp_lens), out=a["position_ids"])

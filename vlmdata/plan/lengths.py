@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from vlmdata.decode.tiled import sample_args
+
 
 def image_rows(cols: dict[str, np.ndarray], samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(owner, row): for every image of `samples`, the position of its sample in `samples` and its image row."""
@@ -22,11 +24,18 @@ def video_tokens(cols: dict[str, np.ndarray], samples: np.ndarray) -> np.ndarray
     return cols["video_tokens"][samples].astype(np.int64)
 
 
+def _image_tokens(cols: dict[str, np.ndarray], samples: np.ndarray, owner: np.ndarray, rows: np.ndarray,
+                  policy) -> np.ndarray:
+    """The policy's tokens of each image (a per_sample policy also told its sample's image count)."""
+    extra = sample_args(policy, lambda: cols["n_images"][samples][owner])
+    return np.asarray(policy.tokens(cols["width"][rows], cols["height"][rows], *extra))
+
+
 def sample_lengths(cols: dict[str, np.ndarray], samples: np.ndarray, policy) -> tuple[np.ndarray, np.ndarray]:
     """(tokens, vision tokens) per sample: tokens = text tokens + the policy's tokens for each image + the
     tokens of its clips (vision tokens: the last two, which truncation never cuts into)."""
     owner, rows = image_rows(cols, samples)
-    per_image = policy.tokens(cols["width"][rows], cols["height"][rows]).astype(np.int64)
+    per_image = _image_tokens(cols, samples, owner, rows, policy).astype(np.int64)
     image_tokens = np.bincount(owner, weights=per_image, minlength=len(samples)).astype(np.int64)
     image_tokens += video_tokens(cols, samples)
     return cols["text_tokens"][samples].astype(np.int64) + image_tokens, image_tokens
@@ -35,6 +44,6 @@ def sample_lengths(cols: dict[str, np.ndarray], samples: np.ndarray, policy) -> 
 def image_token_squares(cols: dict[str, np.ndarray], samples: np.ndarray, policy) -> np.ndarray:
     """Per sample, the sum over its images of (the policy's tokens of the image)**2: its vision attention."""
     owner, rows = image_rows(cols, samples)
-    per_image = policy.tokens(cols["width"][rows], cols["height"][rows]).astype(np.float64)
+    per_image = _image_tokens(cols, samples, owner, rows, policy).astype(np.float64)
     vid = video_tokens(cols, samples).astype(np.float64)       # a sample's clips counted as one block
     return (np.bincount(owner, weights=per_image * per_image, minlength=len(samples)) + vid * vid).astype(np.int64)

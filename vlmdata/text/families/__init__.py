@@ -6,5 +6,6 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "FAMILIES": "registry", "load_family": "registry", "family_names": "registry",
     "Idefics3Family": "idefics3", "SmolVLMFamily": "idefics3",
     "Gemma3Family": "gemma3", "InternVLFamily": "internvl",
+    "LlavaOnevisionFamily": "llava_onevision",
     "LlavaFamily": "llava", "GenericFamily": "generic", "Qwen2VLFamily": "qwen2_vl", "Qwen25VLFamily": "qwen2_vl",
 })

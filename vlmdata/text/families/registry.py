@@ -11,6 +11,7 @@ from vlmdata.text.families.generic import GenericFamily
 from vlmdata.text.families.idefics3 import Idefics3Family, SmolVLMFamily
 from vlmdata.text.families.internvl import InternVLFamily
 from vlmdata.text.families.llava import LlavaFamily
+from vlmdata.text.families.llava_onevision import LlavaOnevisionFamily
 from vlmdata.text.families.qwen2_vl import Qwen2VLFamily, Qwen3VLFamily, Qwen25VLFamily
 from vlmdata.text.model_folder import ModelFolder
 
@@ -19,6 +20,7 @@ __all__ = ["FAMILIES", "family_names", "load_family"]
 # Tried in order; a new family (LLaVA-NeXT anyres, InternVL tiles, Idefics) is a ModelFamily subclass added here.
 FAMILIES: tuple[type[ModelFamily], ...] = (Qwen3VLFamily, Qwen25VLFamily, Qwen2VLFamily, LlavaFamily,
                                            Gemma3Family, InternVLFamily, Idefics3Family, SmolVLMFamily,
+                                           LlavaOnevisionFamily,
                                            GenericFamily)   # GenericFamily last: after every native family
 
 

@@ -1,0 +1,86 @@
+"""LLaVA-OneVision (model_type llava_onevision, LlavaOnevisionProcessor): ChatML turns, `<image>` per image.
+
+Its chat template (the one transformers' conversion script gives the llava-hf checkpoints) writes
+each message's images first, as `<image>\\n`, then its text; the processor repeats each `<image>`
+by the image's feature count, so the stored text holds one `<image>` per image and the image
+policy (`decode.tiling.llava_onevision`) expands it at load time: anyres tiles with the folder's
+`image_grid_pinpoints` and the `anyres_max_N` cap for a sample's lone image, one tile each when a
+sample holds several. The numbers come from `preprocessor_config.json` (tile size, pinpoints,
+mean, resample), `processor_config.json` (`num_image_tokens`, `vision_aspect_ratio`, the feature
+strategy) and `config.json` (the vision tower's patch and image size, the same settings); the
+files must agree. Trained: the template's `{% generation %}` replies and the `<|im_end|>` closing each.
+"""
+from __future__ import annotations
+
+import math
+
+from vlmdata.decode.tiling.llava_onevision import DEFAULT_PINPOINTS
+from vlmdata.errors import ConfigError
+from vlmdata.text.families.base import ModelFamily, VisionSpec
+from vlmdata.text.model_folder import ModelFolder
+
+__all__ = ["LlavaOnevisionFamily"]
+
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)     # LlavaOnevisionImageProcessor's defaults
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+class LlavaOnevisionFamily(ModelFamily):
+    """LLaVA-OneVision (SigLIP tiles of 384 px, Qwen2 text model)."""
+
+    name = "llava_onevision"
+    model_types = ("llava_onevision",)
+    processors = ("LlavaOnevisionProcessor",)
+    end_of_turn = ("<|im_end|>",)
+
+    @classmethod
+    def matches(cls, folder: ModelFolder) -> bool:
+        h = folder.hints()
+        if h["model_type"] is not None:
+            return h["model_type"] in cls.model_types
+        if h["processor_class"] is not None:
+            return h["processor_class"] in cls.processors
+        return str(h["image_processor_type"] or "").startswith("LlavaOnevisionImageProcessor")
+
+    def _setting(self, name: str, *sources: dict, default=None):
+        """The one value of `name` the files give (they must agree), else `default`."""
+        given = [s[name] for s in sources if s.get(name) is not None]
+        if any(g != given[0] for g in given[1:]):
+            raise ConfigError(f"{self.folder.path}: the model files disagree on {name}: {given}")
+        return given[0] if given else default
+
+    def vision_spec(self) -> VisionSpec:
+        pp, proc, cfg = self.folder.preprocessor, self.folder.processor, self.folder.config
+        vision_cfg = cfg.get("vision_config") if isinstance(cfg.get("vision_config"), dict) else {}
+        size = pp.get("size") if isinstance(pp.get("size"), dict) else {}
+        crop = pp.get("crop_size") if isinstance(pp.get("crop_size"), dict) else {}
+        tile = int(crop.get("height") or size.get("height") or size.get("shortest_edge") or 384)
+        patch = int(vision_cfg.get("patch_size") or 14)
+        tower = int(vision_cfg.get("image_size") or tile)
+        features = proc.get("num_image_tokens")
+        side = math.isqrt(int(features)) if features else tower // patch
+        pins = self._setting("image_grid_pinpoints", pp, cfg, default=[list(p) for p in DEFAULT_PINPOINTS])
+        aspect = str(self._setting("vision_aspect_ratio", proc, cfg, default="anyres_max_9"))
+        strategy = self._setting("vision_feature_select_strategy", proc, cfg, default="full")
+        if not aspect.startswith("anyres_max_") or not aspect[len("anyres_max_"):].isdigit():
+            raise ConfigError(f"{self.folder.path}: vision_aspect_ratio {aspect!r} is not supported (vlmdata "
+                              "lays out LLaVA-OneVision's anyres_max_N)")
+        if tower != tile or side != tile // patch:
+            raise ConfigError(f"{self.folder.path}: {tile} px tiles, a {tower} px vision tower with patch {patch} "
+                              f"and num_image_tokens {features} do not agree (LLaVA-OneVision: "
+                              "sqrt(num_image_tokens) = image_size / patch, tiles of image_size)")
+        mean = tuple(pp.get("image_mean", CLIP_MEAN))
+        token = proc.get("image_token") or "<image>"
+        policy = {"kind": "llava_onevision", "tile": tile, "patch": patch, "merge": 1,
+                  "image_token_id": self.token_id(token), "side": side,
+                  "pinpoints": [[int(a), int(b)] for a, b in pins], "max_patches": int(aspect[len("anyres_max_"):]),
+                  "base": int(features or side * side) - (1 if strategy == "default" else 0),
+                  "pad_color": [int(m * 255) for m in mean]}
+        return VisionSpec(
+            image_token=token, image_token_id=self.token_id(token), vision_start_id=None, vision_end_id=None,
+            patch_size=patch, merge_size=1, temporal_patch_size=1, image_mean=mean,
+            image_std=tuple(pp.get("image_std", CLIP_STD)), min_pixels=None, max_pixels=None, image_size=None,
+            resample=int(pp.get("resample", 3)), policy=policy)
+
+    def document_end(self) -> str | None:
+        return "<|endoftext|>" if self.tokenizer.token_to_id("<|endoftext|>") is not None else super().document_end()
