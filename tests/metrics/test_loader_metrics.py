@@ -62,3 +62,25 @@ def test_instrument_wraps_with_real_clock():
     assert value(ms, "vlmdata_steps_total", rank="0") == 2
     wait = value(ms, "vlmdata_data_wait_seconds_total", rank="0")
     assert 0 <= wait <= value(ms, "vlmdata_step_seconds_total", rank="0")
+
+
+def test_a_scrape_never_sees_more_wait_than_step_time():
+    """A wait is counted with the step it belongs to, so rate(wait) / rate(step) stays within [0, 1]
+    whenever the counters are read (the dashboard's data-wait fraction)."""
+    clock = FakeClock()
+
+    def batches():          # the first batch is a 5 s cold start, the rest 0.5 s
+        for i in range(4):
+            clock.now += 5.0 if i == 0 else 0.5
+            yield {"stats": StatsDelta(packs=1).to_dict()}
+
+    ms = MetricSet()
+    seen = []
+    for _ in LoaderMetrics(batches(), ms, rank=0, clock=clock):
+        seen.append((value(ms, "vlmdata_data_wait_seconds_total", rank="0") or 0.0,
+                     value(ms, "vlmdata_step_seconds_total", rank="0") or 0.0))
+        clock.now += 1.0
+    assert seen[0] == (0.0, 0.0)                        # the first wait is not counted before its step ends
+    assert all(w <= s for w, s in seen)
+    assert value(ms, "vlmdata_data_wait_seconds_total", rank="0") == pytest.approx(6.5)
+    assert value(ms, "vlmdata_step_seconds_total", rank="0") == pytest.approx(10.5)

@@ -43,11 +43,12 @@ class LoaderMetrics:
     def __iter__(self) -> Iterator:
         it: Iterator | None = None
         step_start: float | None = None
+        wait = 0.0
         try:
             while True:
                 asked = self.clock()
                 if step_start is not None:
-                    self.metrics.observe_step(asked - step_start, self.rank)
+                    self._close_step(asked - step_start, wait)
                 step_start = asked
                 try:
                     if it is None:  # starting the loader (spawning workers) is data wait too
@@ -56,12 +57,18 @@ class LoaderMetrics:
                 except StopIteration:
                     step_start = None  # nothing delivered: neither a step nor a wait to count
                     return
-                self.metrics.observe_wait(self.clock() - asked, self.rank)
+                wait = self.clock() - asked
                 self._absorb(batch)
                 yield batch
         finally:
             if step_start is not None:  # the consumer stopped early: its last step ends now
-                self.metrics.observe_step(self.clock() - step_start, self.rank)
+                self._close_step(self.clock() - step_start, wait)
+
+    def _close_step(self, step: float, wait: float) -> None:
+        """Count a finished step, then its data wait: a scrape never sees a wait without its step, so
+        rate(wait) / rate(step) stays within [0, 1]."""
+        self.metrics.observe_step(step, self.rank)
+        self.metrics.observe_wait(wait, self.rank)
 
     def _absorb(self, batch) -> None:
         stats = batch.get("stats") if isinstance(batch, dict) else None
