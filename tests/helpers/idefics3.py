@@ -84,49 +84,34 @@ def processor_tokens(processor, sizes: list[tuple[int, int]], seed: int = 0) -> 
     return counts, runs
 
 
+def tile_pixels(processor, inputs: dict, samples: list[list[bytes]]) -> tuple[float, int]:
+    """(worst difference, images compared) of a pack's tiles [1, N, 3, S, S] against the image processor's from
+    the original files; every tile's pixel_attention_mask is all true on both sides."""
+    import torch
+
+    from tests.helpers.exact_pixels import hf_pixels, max_diff
+
+    refs = [hf_pixels(processor.image_processor, data) for files in samples for data in files]
+    if not refs:
+        return 0.0, 0
+    assert inputs["pixel_attention_mask"].all()
+    assert all(r["pixel_attention_mask"].all() for r in refs)
+    return max_diff(inputs["pixel_values"], torch.cat([r["pixel_values"] for r in refs], dim=1)), len(refs)
+
+
 def check_sharded_and_loaded(folder: Path, processor, family: str, tmp_path) -> None:
     """Shard the hostile reference rows with the folder, load them with the defaults: ids and trained positions
     equal the processor's (its own chat template, `processor(text=..., images=...)`), and the adapter's
     pixel_values equal the processor's from the original files (<= 1e-5)."""
-    import torch
+    from tests.helpers import qwen_checks
 
-    from tests.helpers.exact_pixels import hf_pixels, max_diff
-    from tests.helpers.models import samples_of, write_reference_rows
-    from vlmdata import ShardConfig, VLMDataset, shard_dataset
-    from vlmdata.hf import ModelSpec, make_adapter, take_meta
-
-    rows, expected = write_reference_rows(tmp_path / "raw")
-    m = shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=str(folder), workers=0,
-                                  max_samples_per_shard=4))
-    assert m.stats["samples"] == len(expected) and m.stats["skipped_total"] == 0
-    ds = VLMDataset(str(tmp_path / "ds"), max_tokens=1 << 17, rank=0, world_size=1)
-    assert ds.model_family.name == family and ds.pixels == "exact"
-    adapter = make_adapter(ModelSpec.from_dataset(ds))
-    files = {json.loads(line)["id"]: json.loads(line)["images"] for line in rows.read_text().splitlines()}
-    got, worst, compared = {}, 0.0, 0
-    for pack in ds:
-        got.update(samples_of(pack))
-        host = adapter(pack)
-        keys = take_meta(host)["sample_keys"]
-        inputs = adapter.finalize(host)
-        refs = [hf_pixels(processor.image_processor, (rows.parent / f).read_bytes()) for k in keys for f in files[k]]
-        if refs:
-            worst = max(worst, max_diff(inputs["pixel_values"], torch.cat([r["pixel_values"] for r in refs], dim=1)))
-            assert inputs["pixel_attention_mask"].all()
-            assert all(r["pixel_attention_mask"].all() for r in refs)
-            compared += len(refs)
-    assert compared > 0 and worst <= 1e-5
     header = processor.tokenizer.encode("Assistant:", add_special_tokens=False)
     end = processor.tokenizer.convert_tokens_to_ids("<end_of_utterance>")
     (space,) = processor.tokenizer.encode(" ", add_special_tokens=False)
-    for n, (messages, images) in enumerate(expected):
-        text = chat_text(processor, messages)
-        ref = processor(text=[text], images=[images] if images else None, return_tensors="np")["input_ids"][0]
-        ids, labels = got[f"conv{n}"]
-        assert np.array_equal(ids, ref), f"conv{n}"
-        want = reply_positions(ref, header, end, space)
-        assert want.any() and np.array_equal(labels != -100, want), f"conv{n}"
-        assert np.array_equal(labels[want], ref[want])
+    qwen_checks.check_sharded_and_loaded(folder, processor, family, tmp_path, pixels=tile_pixels, nested=True,
+                                         render=lambda messages: chat_text(processor, messages),
+                                         trained=lambda ref: reply_positions(ref, header, end, space),
+                                         max_tokens=1 << 17)
 
 
 TINY_TILE, TINY_LONGEST, TINY_PATCH = 32, 64, 8          # 4 x 4 patches, scale 2: 4 image tokens per tile

@@ -69,16 +69,24 @@ def image_by_image(processor, inputs: dict, samples: list[list[bytes]]) -> tuple
     return max_diff(inputs["pixel_values"], torch.cat([r["pixel_values"] for r in refs])), len(refs)
 
 
+def chatml_trained(processor):
+    """`trained(ref ids)`: the positions a ChatML template trains (each assistant reply and its <|im_end|>)."""
+    header = processor.tokenizer.encode("assistant\n", add_special_tokens=False)
+    return lambda ref: chatml_assistant_positions(ref, IM_START, IM_END, header)
+
+
 def check_sharded_and_loaded(folder, processor, family: str, tmp_path, pixels=image_by_image,
-                             nested: bool = False) -> None:
+                             nested: bool = False, render=None, trained=None, max_tokens: int = 1 << 16) -> None:
     """Shard the reference rows with the folder, load them with the defaults: pixels (`pixels(processor, inputs,
     per-sample image files)` through the family's adapter), ids and trained positions equal the processor's
-    (given each sample's images as one list when `nested`, as apply_chat_template gives them)."""
+    (given each sample's images as one list when `nested`, as apply_chat_template gives them). `render(messages)`:
+    the processor's text (default its `apply_chat_template`); `trained(ref ids)`: the positions the template
+    trains (default ChatML's)."""
     rows, expected = write_reference_rows(tmp_path / "raw")
     m = shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=str(folder), workers=0,
                                   max_samples_per_shard=4))
     assert m.stats["samples"] == len(expected) and m.stats["skipped_total"] == 0
-    ds = VLMDataset(str(tmp_path / "ds"), max_tokens=1 << 16, rank=0, world_size=1)
+    ds = VLMDataset(str(tmp_path / "ds"), max_tokens=max_tokens, rank=0, world_size=1)
     assert ds.model_family.name == family and ds.pixels == "exact"
     adapter = make_adapter(ModelSpec.from_dataset(ds))
     files = {json.loads(line)["id"]: json.loads(line)["images"] for line in rows.read_text().splitlines()}
@@ -91,13 +99,13 @@ def check_sharded_and_loaded(folder, processor, family: str, tmp_path, pixels=im
                                                             for k in keys])
         worst, compared = max(worst, diff), compared + n
     assert compared > 0 and worst <= 1e-5
-    header = processor.tokenizer.encode("assistant\n", add_special_tokens=False)
+    render = render or (lambda messages: processor.apply_chat_template(messages, tokenize=False))
+    trained = trained or chatml_trained(processor)
     for n, (messages, images) in enumerate(expected):
-        text = processor.apply_chat_template(messages, tokenize=False)
         given = ([images] if nested else images) if images else None
-        ref = processor(text=[text], images=given, return_tensors="np")["input_ids"][0]
+        ref = processor(text=[render(messages)], images=given, return_tensors="np")["input_ids"][0]
         ids, labels = got[f"conv{n}"]
         assert np.array_equal(ids, ref), f"conv{n}"
-        want = chatml_assistant_positions(ref, IM_START, IM_END, header)
+        want = trained(ref)
         assert want.any() and np.array_equal(labels != -100, want), f"conv{n}"
         assert np.array_equal(labels[want], ref[want])
