@@ -1,9 +1,10 @@
 """A loopback TCP proxy that can fake an outage: it refuses connections (and cuts the open ones) for a while.
 
 `FlakyProxy(upstream_port)` listens on 127.0.0.1 and pipes every connection to the upstream port.
-`outage(seconds)` starts an outage now and ends it after `seconds` (in the background): open
-connections are reset, and every new connection is accepted and reset at once, which a client sees
-as a refused/reset connection. `refused` counts the connections turned away, so a test can show
+`outage(seconds)` starts an outage now: open connections are reset, and every new connection is
+accepted and reset at once, which a client sees as a refused/reset connection. The outage ends
+`seconds` after the first connection it turns away, so a slow client (cold imports on a loaded
+machine) still meets it, however long it takes to connect. `refused` counts the connections turned away, so a test can show
 that its reads really met the outage.
 """
 from __future__ import annotations
@@ -35,6 +36,8 @@ class FlakyProxy:
         self.refused = 0
         self.outages = 0
         self._down_until = 0.0
+        self._outage_seconds = 0.0
+        self._clock_started = True
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._stop = threading.Event()
@@ -50,9 +53,11 @@ class FlakyProxy:
         return time.monotonic() < self._down_until
 
     def outage(self, seconds: float) -> None:
-        """Refuse connections for `seconds` from now; connections open now are reset."""
+        """Reset the connections open now, and refuse new ones until `seconds` after the first refusal."""
         with self._lock:
-            self._down_until = time.monotonic() + seconds
+            self._down_until = float("inf")
+            self._outage_seconds = float(seconds)
+            self._clock_started = False
             self.outages += 1
             victims, self._open = self._open, set()
         for s in victims:
@@ -92,6 +97,9 @@ class FlakyProxy:
             if self.down:
                 with self._lock:
                     self.refused += 1
+                    if not self._clock_started:
+                        self._clock_started = True
+                        self._down_until = time.monotonic() + self._outage_seconds
                 _reset(client)
                 continue
             try:
