@@ -7,6 +7,7 @@ import sys
 from vlmdata.cli.options import add_max_skip_fraction, parse_storage_options, run_reported
 from vlmdata.cli.tune import parse_size
 from vlmdata.ingest.retokenize import DEFAULT_MAX_TEXT_BYTES, RetokenizeConfig, retokenize_dataset
+from vlmdata.text.families.registry import family_names
 
 
 def register(subparsers) -> None:
@@ -21,7 +22,7 @@ def register(subparsers) -> None:
     p.add_argument("--train-on", choices=("assistant", "last", "all"), default="assistant",
                    help="train on every assistant reply and its end-of-turn token (default), the last reply only, "
                         "or all tokens")
-    p.add_argument("--family", default=None, help="force the model family (qwen2_vl, qwen2_5_vl, llava)")
+    p.add_argument("--family", default=None, help=f"force the model family ({family_names()}; default: from the folder)")
     p.add_argument("--default", action="store_true", help="make the new view the dataset's default view")
     p.add_argument("--overwrite", action="store_true", help="replace an existing view of the same name")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count; 0 = inline)")

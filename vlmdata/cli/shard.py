@@ -20,6 +20,7 @@ from vlmdata.ingest.readers import INPUT_FORMAT_ALIASES, INPUT_FORMATS
 from vlmdata.ingest.records import ColumnSpec
 from vlmdata.ingest.shard import ShardConfig, shard_dataset
 from vlmdata.ingest.video import DEFAULT_MAX_VIDEO_BYTES
+from vlmdata.text.families.registry import family_names
 from vlmdata.video.probe import ClipLimits
 
 
@@ -44,12 +45,12 @@ def register(subparsers) -> None:
     p.add_argument("--resume", action="store_true", help="skip jobs already committed by an earlier run")
     p.add_argument("--tokenizer", default=None,
                    help="a Hugging Face model or processor folder (its tokenizer, chat template and image tokens: "
-                        "Qwen2-VL, Qwen2.5-VL, LLaVA-1.5), or a tokenizers JSON file (vlmdata's own layout); "
+                        "docs/model-families.md lists the families), or a tokenizers JSON file (vlmdata's own layout); "
                         "default: the embedded byte tokenizer")
     p.add_argument("--train-on", choices=("assistant", "last", "all"), default="assistant",
                    help="model folders: train on every assistant reply and its end-of-turn token (default), the "
                         "last reply only, or all tokens")
-    p.add_argument("--family", default=None, help="model folders: force the model family (qwen2_vl, qwen2_5_vl, llava)")
+    p.add_argument("--family", default=None, help=f"model folders: force the model family ({family_names()}; default: from the folder)")
     p.add_argument("--view", default=None, help="model folders: name of the text view (default: the folder's name)")
     p.add_argument("--columns", default=None,
                    help="rename a table's columns to the names vlmdata reads, e.g. messages=chat,images=pictures "

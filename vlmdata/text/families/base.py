@@ -150,6 +150,8 @@ class ModelFamily:
 
     name: ClassVar[str] = ""
     model_types: ClassVar[tuple[str, ...]] = ()       # config.json model_type values it serves
+    processors: ClassVar[tuple[str, ...]] = ()        # processor_class values, when there is no model_type
+    image_processors: ClassVar[tuple[str, ...]] = ()  # image_processor_type prefixes, when there is neither
     end_of_turn: ClassVar[tuple[str, ...]] = ()       # tokens trained right after an assistant reply
 
     def __init__(self, folder: ModelFolder, train_on: str = "assistant"):
@@ -180,7 +182,15 @@ class ModelFamily:
     # ---- what a subclass provides ------------------------------------------------------------
     @classmethod
     def matches(cls, folder: ModelFolder) -> bool:
-        raise NotImplementedError
+        """The folder's strongest hint decides: config.json's model_type, else the processor class, else
+        the image processor type (a folder with only preprocessor_config.json)."""
+        h = folder.hints()
+        if h["model_type"] is not None:
+            return h["model_type"] in cls.model_types
+        if h["processor_class"] is not None:
+            return h["processor_class"] in cls.processors
+        kind = str(h["image_processor_type"] or "")
+        return any(kind.startswith(prefix) for prefix in cls.image_processors)
 
     def vision_spec(self) -> VisionSpec:
         raise NotImplementedError

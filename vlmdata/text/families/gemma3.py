@@ -22,7 +22,6 @@ import math
 
 from vlmdata.errors import ConfigError
 from vlmdata.text.families.base import ModelFamily, VisionSpec
-from vlmdata.text.model_folder import ModelFolder
 
 __all__ = ["Gemma3Family"]
 
@@ -34,14 +33,8 @@ class Gemma3Family(ModelFamily):
 
     name = "gemma3"
     model_types = ("gemma3",)
+    processors = ("Gemma3Processor",)
     end_of_turn = ("<end_of_turn>",)
-
-    @classmethod
-    def matches(cls, folder: ModelFolder) -> bool:
-        h = folder.hints()
-        if h["model_type"] is not None:
-            return h["model_type"] in cls.model_types
-        return h["processor_class"] == "Gemma3Processor"
 
     def _named(self, key: str, default: str) -> str:
         extra = self.folder.tokenizer_config.get("extra_special_tokens")

@@ -18,7 +18,6 @@ import math
 from vlmdata.decode.tiling.idefics3 import MAX_IMAGE_SIDE
 from vlmdata.errors import ConfigError
 from vlmdata.text.families.base import ModelFamily, VisionSpec
-from vlmdata.text.model_folder import ModelFolder
 
 __all__ = ["Idefics3Family", "SmolVLMFamily"]
 
@@ -40,15 +39,6 @@ class Idefics3Family(ModelFamily):
     processors = ("Idefics3Processor",)
     image_processors = ("Idefics3ImageProcessor", "Idefics3ImageProcessorPil")
     end_of_turn = ("<end_of_utterance>",)
-
-    @classmethod
-    def matches(cls, folder: ModelFolder) -> bool:
-        h = folder.hints()
-        if h["model_type"] is not None:
-            return h["model_type"] in cls.model_types
-        if h["processor_class"] is not None:
-            return h["processor_class"] in cls.processors
-        return h["image_processor_type"] in cls.image_processors
 
     def seq_len(self) -> int:
         """Image tokens per tile: processor_config.json's image_seq_len, else the vision tower's count."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from vlmdata.errors import ConfigError
 from vlmdata.text.families.base import ModelFamily, VisionSpec
-from vlmdata.text.model_folder import ModelFolder
 
 __all__ = ["InternVLFamily"]
 
@@ -41,13 +40,6 @@ class InternVLFamily(ModelFamily):
     end_of_turn = ("<|im_end|>",)
     model_types = ("internvl",)
     processors = ("InternVLProcessor",)
-
-    @classmethod
-    def matches(cls, folder: ModelFolder) -> bool:
-        h = folder.hints()
-        if h["model_type"] is not None:
-            return h["model_type"] in cls.model_types
-        return h["processor_class"] in cls.processors
 
     def _named(self, key: str, default: str) -> str:
         """A token the processor takes from the tokenizer by name (`context_image_token`, ...)."""

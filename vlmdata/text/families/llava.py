@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from vlmdata.errors import ConfigError
 from vlmdata.text.families.base import ModelFamily, VisionSpec
-from vlmdata.text.model_folder import ModelFolder
 
 __all__ = ["LlavaFamily"]
 
@@ -19,13 +18,7 @@ class LlavaFamily(ModelFamily):
 
     name = "llava"
     model_types = ("llava",)
-
-    @classmethod
-    def matches(cls, folder: ModelFolder) -> bool:
-        h = folder.hints()
-        if h["model_type"] is not None:
-            return h["model_type"] in cls.model_types
-        return h["processor_class"] == "LlavaProcessor"
+    processors = ("LlavaProcessor",)
 
     def vision_spec(self) -> VisionSpec:
         pp, proc, cfg = self.folder.preprocessor, self.folder.processor, self.folder.config

@@ -17,7 +17,6 @@ import math
 from vlmdata.decode.tiling.llava_onevision import DEFAULT_PINPOINTS
 from vlmdata.errors import ConfigError
 from vlmdata.text.families.base import ModelFamily, VisionSpec
-from vlmdata.text.model_folder import ModelFolder
 
 __all__ = ["LlavaOnevisionFamily"]
 
@@ -31,16 +30,8 @@ class LlavaOnevisionFamily(ModelFamily):
     name = "llava_onevision"
     model_types = ("llava_onevision",)
     processors = ("LlavaOnevisionProcessor",)
+    image_processors = ("LlavaOnevisionImageProcessor",)
     end_of_turn = ("<|im_end|>",)
-
-    @classmethod
-    def matches(cls, folder: ModelFolder) -> bool:
-        h = folder.hints()
-        if h["model_type"] is not None:
-            return h["model_type"] in cls.model_types
-        if h["processor_class"] is not None:
-            return h["processor_class"] in cls.processors
-        return str(h["image_processor_type"] or "").startswith("LlavaOnevisionImageProcessor")
 
     def _setting(self, name: str, *sources: dict, default=None):
         """The one value of `name` the files give (they must agree), else `default`."""

@@ -17,7 +17,6 @@ per video item, one `<|video_pad|>` expanded at load time by the video policy
 from __future__ import annotations
 
 from vlmdata.text.families.base import ModelFamily, VisionSpec
-from vlmdata.text.model_folder import ModelFolder
 from vlmdata.video.policy import QWEN2_VL_VIDEO, VideoPolicy
 
 __all__ = ["Qwen2VLFamily", "Qwen25VLFamily", "Qwen3VLFamily"]
@@ -35,6 +34,7 @@ class Qwen2VLFamily(ModelFamily):
     end_of_turn = ("<|im_end|>",)
     model_types = ("qwen2_vl",)
     processors = ("Qwen2VLProcessor",)
+    image_processors = ("Qwen2VLImageProcessor",)
     default_patch = 14
     default_mean = CLIP_MEAN
     default_std = CLIP_STD
@@ -71,15 +71,6 @@ class Qwen2VLFamily(ModelFamily):
     def document_video_text(self) -> str:
         return "<|vision_start|><|video_pad|><|vision_end|>"
 
-    @classmethod
-    def matches(cls, folder: ModelFolder) -> bool:
-        h = folder.hints()
-        if h["model_type"] is not None:
-            return h["model_type"] in cls.model_types
-        if h["processor_class"] is not None:
-            return h["processor_class"] in cls.processors
-        return cls is Qwen2VLFamily and str(h["image_processor_type"] or "").startswith("Qwen2VLImageProcessor")
-
     def vision_spec(self) -> VisionSpec:
         pp = self.folder.preprocessor
         size = pp.get("size") if isinstance(pp.get("size"), dict) else {}
@@ -114,6 +105,7 @@ class Qwen25VLFamily(Qwen2VLFamily):
     name = "qwen2_5_vl"
     model_types = ("qwen2_5_vl",)
     processors = ("Qwen2_5_VLProcessor",)
+    image_processors = ()   # its folders name Qwen2VLImageProcessor: a bare one is Qwen2-VL's
 
     def tokens_per_second(self, vision_cfg: dict) -> float | None:
         return float(vision_cfg.get("tokens_per_second", 4))      # Qwen2_5_VLVisionConfig's default
@@ -125,6 +117,7 @@ class Qwen3VLFamily(Qwen2VLFamily):
     name = "qwen3_vl"
     model_types = ("qwen3_vl",)
     processors = ("Qwen3VLProcessor",)
+    image_processors = ()
     default_patch = 16
     default_mean = (0.5, 0.5, 0.5)
     default_std = (0.5, 0.5, 0.5)
