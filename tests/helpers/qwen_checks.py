@@ -16,6 +16,7 @@ from tests.helpers.models import (
     samples_of,
     write_reference_rows,
 )
+from tests.helpers.sizes import log_uniform_sizes
 from vlmdata import ShardConfig, VLMDataset, shard_dataset
 from vlmdata.hf import ModelSpec, make_adapter, take_meta
 from vlmdata.text import Conversation
@@ -42,11 +43,7 @@ def check_token_counts(folder, processor, seed: int) -> None:
     """The family's planned image tokens equal the processor's for 10^4 sizes of 1 to 8,000 px (log-uniform)."""
     ip = processor.image_processor
     policy = load_family(str(folder)).vision.image_policy()
-    rng = np.random.default_rng(seed)
-    w = np.exp(rng.uniform(0, np.log(8000), 20_000)).astype(np.int64) + 1
-    h = np.exp(rng.uniform(0, np.log(8000), 20_000)).astype(np.int64) + 1
-    keep = np.maximum(w, h) / np.minimum(w, h) < 200             # the processor refuses ratios of 200 and more
-    w, h = w[keep][:10_000], h[keep][:10_000]
+    w, h = log_uniform_sizes(10_000, seed, 8000, max_ratio=200)   # the processor refuses ratios of 200 and more
     assert len(w) == 10_000 and w.min() < ip.patch_size and w.max() > 4000
     want = np.array([ip.get_number_of_image_patches(int(b), int(a)) // 4 for a, b in zip(w, h)])
     assert np.array_equal(policy.tokens(w, h), want)

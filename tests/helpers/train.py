@@ -80,3 +80,16 @@ def torchrun(args: list[str], timeout: float = 600, env: dict | None = None) -> 
     if proc.returncode != 0:
         raise AssertionError(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
     return proc
+
+
+def text_only_step(wrapped, ids=(1, 2, 3, 4, 5, 6)) -> tuple[list[str], int]:
+    """One backward pass of a text-only pack through an HFPackedModel: (trainable parameters left without a
+    gradient, label tokens counted). A pack without images must still reach the vision tower (DDP)."""
+    ids = torch.tensor(ids)
+    n = len(ids)
+    pack = {"input_ids": ids, "labels": ids.clone(), "position_ids": torch.arange(n),
+            "cu_seqlens": torch.tensor([0, n], dtype=torch.int32), "max_seqlen": n}
+    wrapped.zero_grad(set_to_none=True)
+    loss, count = wrapped(pack)
+    loss.backward()
+    return [name for name, p in wrapped.named_parameters() if p.requires_grad and p.grad is None], int(count)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tests.helpers.gemma3 import shard_corpus
+from tests.helpers.train import text_only_step
 from vlmdata.hf import make_adapter, take_meta
 from vlmdata.loading import VLMDataset
 from vlmdata.testing import gemma3_folder
@@ -40,13 +41,7 @@ def test_loss_sum_equals_the_models_own(gemma):
     want = wrapped.model(**adapter.finalize(host), num_items_in_batch=1).loss
     assert int(count) == int((pack["labels"][1:] != -100).sum()) > 0
     torch.testing.assert_close(loss_sum, want, rtol=1e-5, atol=1e-5)
-    ids = torch.tensor([2, 5, 6, 7, 8, 9])                                      # a text-only pack
-    text = {"input_ids": ids, "labels": ids.clone(), "position_ids": torch.arange(6),
-            "cu_seqlens": torch.tensor([0, 6], dtype=torch.int32), "max_seqlen": 6}
-    wrapped.zero_grad(set_to_none=True)
-    loss, _ = wrapped(text)
-    loss.backward()
-    assert [n for n, p in wrapped.named_parameters() if p.requires_grad and p.grad is None] == []
+    assert text_only_step(wrapped, (2, 5, 6, 7, 8, 9))[0] == []
 
 
 def test_train_hf_gemma3_from_the_command_line(gemma, tmp_path):

@@ -19,7 +19,7 @@ from tests.helpers.hf import (
     write_onevision_folder,
     write_qwen_folder,
 )
-from tests.helpers.train import make_dataset
+from tests.helpers.train import make_dataset, text_only_step
 from vlmdata.errors import ConfigError
 from vlmdata.hf import make_adapter, take_meta
 from vlmdata_pipelines.hf_model import HFModelConfig, HFPackedModel
@@ -51,13 +51,7 @@ def test_loss_sum_equals_the_models_own(tmp_path):
 def test_packs_without_images_keep_every_parameter_in_the_graph(tmp_path):
     wrapped = HFPackedModel(HFModelConfig(write_qwen_folder(str(tmp_path)), "vlmdata_varlen"))
     assert wrapped.frozen == []
-    ids = torch.tensor([1, 2, 3, 4, 5, 6])
-    pack = {"input_ids": ids, "labels": ids.clone(), "position_ids": torch.arange(6),
-            "cu_seqlens": torch.tensor([0, 6], dtype=torch.int32), "max_seqlen": 6}
-    loss, count = wrapped(pack)
-    loss.backward()
-    missing = [n for n, p in wrapped.named_parameters() if p.requires_grad and p.grad is None]
-    assert missing == [] and int(count) == 5
+    assert text_only_step(wrapped) == ([], 5)
     assert len(wrapped.fsdp_units()) == 2 + 1                                      # 2 decoder + 1 vision block
 
 
@@ -78,12 +72,7 @@ def test_a_tiled_family_llava_onevision(tmp_path):
     take_meta(host)
     torch.testing.assert_close(loss_sum, wrapped.model(**adapter.finalize(host), num_items_in_batch=1).loss,
                                rtol=1e-5, atol=1e-5)
-    ids = torch.tensor([1, 2, 3, 4, 5, 6])
-    text_only = {"input_ids": ids, "labels": ids.clone(), "position_ids": torch.arange(6),
-                 "cu_seqlens": torch.tensor([0, 6], dtype=torch.int32), "max_seqlen": 6}
-    loss, _ = wrapped(text_only)
-    loss.backward()
-    assert [n for n, p in wrapped.named_parameters() if p.requires_grad and p.grad is None] == []
+    assert text_only_step(wrapped)[0] == []
     assert any("vision_tower" in n for n, p in wrapped.named_parameters() if p.grad is not None)
 
 

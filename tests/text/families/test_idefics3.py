@@ -23,6 +23,7 @@ from tests.helpers.idefics3 import (
     processor_tokens,
 )
 from tests.helpers.models import qwen_folder_or_skip
+from tests.helpers.sizes import log_uniform_sizes
 from vlmdata.decode import ExactDecoder
 from vlmdata.errors import ConfigError
 from vlmdata.hf import ModelSpec, make_adapter
@@ -39,11 +40,7 @@ def family(request):
 
 
 def random_sizes(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """n (w, h) of 1 to 12,000 px, log-uniform: tiny, huge and extreme aspect ratios."""
-    rng = np.random.default_rng(seed)
-    w = np.exp(rng.uniform(0, np.log(12_000), n)).astype(np.int64) + 1
-    h = np.exp(rng.uniform(0, np.log(12_000), n)).astype(np.int64) + 1
-    return w, h
+    return log_uniform_sizes(n, seed, 12_000)
 
 
 def test_the_family_and_its_settings_come_from_the_folder(family):

@@ -16,6 +16,7 @@ from PIL import Image
 from tests.helpers.exact_pixels import shard_image_corpus, worst_pixel_diff
 from tests.helpers.models import internvl_folder_or_skip, internvl_processor, reference_conversations
 from tests.helpers.qwen_checks import check_sharded_and_loaded
+from tests.helpers.sizes import log_uniform_sizes
 from vlmdata.errors import ConfigError
 from vlmdata.text import Conversation
 from vlmdata.text.families import load_family
@@ -31,14 +32,6 @@ def internvl():
 @pytest.fixture(scope="module")
 def processor(internvl):
     return internvl_processor(internvl)
-
-
-def random_sizes(seed: int, n: int, top: int) -> tuple[np.ndarray, np.ndarray]:
-    """n (w, h) log-uniform in 1..top: tiny, huge and extreme aspect ratios."""
-    rng = np.random.default_rng(seed)
-    w = np.exp(rng.uniform(0, np.log(top), n)).astype(np.int64)
-    h = np.exp(rng.uniform(0, np.log(top), n)).astype(np.int64)
-    return w, h
 
 
 def test_family_is_detected_with_the_processor_settings(internvl, processor):
@@ -61,7 +54,7 @@ def test_token_counts_equal_the_processor_for_random_sizes(tiling):
     folder = internvl_folder_or_skip(**tiling)
     processor = internvl_processor(folder)
     policy = load_family(str(folder)).vision.image_policy()
-    w, h = random_sizes(11, 10_000, 8000)
+    w, h = log_uniform_sizes(10_000, 11, 8000)
     assert w.min() == 1 and w.max() > 4000 and (np.maximum(w, h) / np.minimum(w, h)).max() > 1000
     want = processor._get_num_multimodal_tokens(image_sizes=list(zip(h.tolist(), w.tolist())))
     assert np.array_equal(policy.tiles(w, h), want["num_image_patches"])
@@ -72,7 +65,7 @@ def test_token_counts_equal_the_processor_for_random_sizes(tiling):
 def test_planned_counts_equal_the_processor_run_on_images(internvl, processor):
     """The processor run on real images: IMG_CONTEXT tokens in its ids and tiles in its pixel_values."""
     policy = load_family(str(internvl)).vision.image_policy()
-    w, h = random_sizes(5, 400, 2400)
+    w, h = log_uniform_sizes(400, 5, 2400)
     keep = w * h <= 600_000                                            # the processor's time, not its rules
     w = np.concatenate([w[keep][:150], [1, 448, 896, 2400, 5]])
     h = np.concatenate([h[keep][:150], [1, 448, 448, 3, 2400]])

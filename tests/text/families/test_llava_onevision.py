@@ -18,6 +18,7 @@ from PIL import Image
 from tests.helpers.exact_pixels import max_diff, sized_jpegs, tile_rows_diff
 from tests.helpers.models import onevision_folder_or_skip, onevision_processor, reference_conversations
 from tests.helpers.qwen_checks import check_sharded_and_loaded
+from tests.helpers.sizes import log_uniform_sizes
 from vlmdata.decode import ExactDecoder
 from vlmdata.errors import ConfigError
 from vlmdata.hf import ModelSpec, make_adapter
@@ -33,14 +34,6 @@ def folder():
 @pytest.fixture(scope="module")
 def processor(folder):
     return onevision_processor(folder)
-
-
-def random_sizes(seed: int, n: int, top: int) -> tuple[np.ndarray, np.ndarray]:
-    """`n` (width, height) pairs of 1 to `top` px, log-uniform: tiny, huge and extreme aspect ratios."""
-    rng = np.random.default_rng(seed)
-    w = np.exp(rng.uniform(0, np.log(top), n)).astype(np.int64)
-    h = np.exp(rng.uniform(0, np.log(top), n)).astype(np.int64)
-    return w, h
 
 
 def test_family_is_detected_with_the_processor_settings(folder, processor):
@@ -62,7 +55,7 @@ def test_family_is_detected_with_the_processor_settings(folder, processor):
 def test_token_counts_equal_the_processor_for_random_sizes(folder, processor):
     """10^4 sizes of 1 to 20,000 px: the planned count of a lone image is `_get_num_multimodal_tokens`'s."""
     policy = load_family(str(folder)).vision.image_policy()
-    w, h = random_sizes(7, 10_000, 20_000)
+    w, h = log_uniform_sizes(10_000, 7, 20_000)
     assert w.min() <= 2 and w.max() > 10_000 and (np.maximum(w, h) / np.minimum(w, h)).max() > 1000
     want = processor._get_num_multimodal_tokens(image_sizes=list(zip(h.tolist(), w.tolist())))["num_image_tokens"]
     assert np.array_equal(policy.tokens(w, h), want)
@@ -74,7 +67,7 @@ def test_token_counts_equal_the_processor_for_random_sizes(folder, processor):
 def test_token_counts_and_tiles_equal_the_processor_run_on_images(folder, processor):
     """The processor run on real images (alone, and two per sample): tokens and tiles per image are the policy's."""
     policy = load_family(str(folder)).vision.image_policy()
-    w, h = random_sizes(11, 240, 2400)
+    w, h = log_uniform_sizes(240, 11, 2400)
     image = processor.image_token
     fast = {"do_rescale": False, "do_normalize": False}             # only the counts are compared here
     for i in range(0, len(w), 2):
@@ -175,7 +168,7 @@ def test_the_default_feature_strategy_counts_as_the_processor(folder, tmp_path):
         (odd / name).write_text(json.dumps(cfg))
     processor = onevision_processor(odd)
     policy = load_family(str(odd)).vision.image_policy()
-    w, h = random_sizes(13, 2_000, 8_000)
+    w, h = log_uniform_sizes(2_000, 13, 8_000)
     want = processor._get_num_multimodal_tokens(image_sizes=list(zip(h.tolist(), w.tolist())))["num_image_tokens"]
     assert policy.base == 729 and np.array_equal(policy.tokens(w, h), want)
     pair = [Image.new("RGB", (int(w[0]), int(h[0]))), Image.new("RGB", (int(w[1]), int(h[1])))]
