@@ -4,8 +4,8 @@
 `outage(seconds)` starts an outage now: open connections are reset, and every new connection is
 accepted and reset at once, which a client sees as a refused/reset connection. The outage ends
 `seconds` after the first connection it turns away, so a slow client (cold imports on a loaded
-machine) still meets it, however long it takes to connect. `refused` counts the connections turned away, so a test can show
-that its reads really met the outage.
+machine) still meets it, however long it takes to connect. `refused` counts the connections turned
+away, so a test can show that its reads really met the outage.
 """
 from __future__ import annotations
 
@@ -36,8 +36,7 @@ class FlakyProxy:
         self.refused = 0
         self.outages = 0
         self._down_until = 0.0
-        self._outage_seconds = 0.0
-        self._clock_started = True
+        self._outage_seconds = 0.0      # how long an outage lasts once its first connection is refused
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._stop = threading.Event()
@@ -57,7 +56,6 @@ class FlakyProxy:
         with self._lock:
             self._down_until = float("inf")
             self._outage_seconds = float(seconds)
-            self._clock_started = False
             self.outages += 1
             victims, self._open = self._open, set()
         for s in victims:
@@ -97,8 +95,7 @@ class FlakyProxy:
             if self.down:
                 with self._lock:
                     self.refused += 1
-                    if not self._clock_started:
-                        self._clock_started = True
+                    if self._down_until == float("inf"):    # the first refusal starts the outage's clock
                         self._down_until = time.monotonic() + self._outage_seconds
                 _reset(client)
                 continue

@@ -20,6 +20,7 @@ from tests.helpers.models import (
     gemma3_processor,
     samples_of,
 )
+from tests.helpers.sizes import log_uniform_sizes
 from vlmdata import VLMDataset
 from vlmdata.decode import ExactDecoder, make_policy
 from vlmdata.errors import ConfigError
@@ -81,9 +82,8 @@ def test_token_counts_equal_the_processor_for_random_sizes(folder, processor):
     """10^4 log-uniform sizes of 1 to 10,000 px (ratios up to 10^4) against `_get_num_multimodal_tokens`, and
     the processor run on 200 real images: each costs one 896 px image and 256 soft tokens."""
     policy = load_family(str(folder)).vision.image_policy()
-    rng = np.random.default_rng(3)
-    w = np.exp(rng.uniform(0, np.log(10_000), 10_000)).astype(np.int64) + 1
-    h = np.exp(rng.uniform(0, np.log(10_000), 10_000)).astype(np.int64) + 1
+    w, h = log_uniform_sizes(10_000, 3, 10_000)
+    rng = np.random.default_rng(3)                                                 # the images' noise
     want = processor._get_num_multimodal_tokens(image_sizes=list(zip(h.tolist(), w.tolist())))
     assert np.array_equal(policy.tokens(w, h), want["num_image_tokens"])
     assert np.array_equal(policy.tiles(w, h), want["num_image_patches"])

@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from tests.helpers.models import samples_of, write_reference_rows
+from tests.helpers.sizes import log_uniform_sizes
 from vlmdata import ShardConfig, VLMDataset, shard_dataset
 from vlmdata.decode import make_policy
 from vlmdata.errors import ConfigError
@@ -98,14 +99,6 @@ def test_sharded_and_loaded_ids_labels_and_pixels_equal_the_processor(model, req
         assert np.array_equal(labels[mask], ref[mask])
 
 
-def _random_sizes(n: int, seed: int, top: int = 4000) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    w = np.exp(rng.uniform(np.log(8), np.log(top), 3 * n)).astype(np.int64)
-    h = np.exp(rng.uniform(np.log(8), np.log(top), 3 * n)).astype(np.int64)
-    keep = np.maximum(w, h) / np.minimum(w, h) < 100
-    return w[keep][:n], h[keep][:n]
-
-
 @pytest.mark.parametrize("model, rule, runs", [("llava_next", "nmt", 200), ("aya", "key", 80)])
 def test_planned_token_counts_equal_the_processor(model, rule, runs, request):
     """Counts from stored sizes: 10^4 sizes against the processor's own counting method where the policy uses
@@ -114,7 +107,7 @@ def test_planned_token_counts_equal_the_processor(model, rule, runs, request):
     proc = _processor(folder)
     policy = load_family(str(folder)).vision.image_policy()
     assert policy.count_rule == rule
-    w, h = _random_sizes(10_000, seed=5)
+    w, h = log_uniform_sizes(10_000, 5, 4000, low=8, max_ratio=100)
     assert len(w) == 10_000 and w.max() > 2000 and w.min() < 16
     got = policy.tokens(w, h)
     if rule == "nmt":

@@ -37,7 +37,7 @@ class Idefics3Family(ModelFamily):
     name = "idefics3"
     model_types = ("idefics3",)
     processors = ("Idefics3Processor",)
-    image_processors = ("Idefics3ImageProcessor", "Idefics3ImageProcessorPil")
+    image_processors = ("Idefics3ImageProcessor",)   # and its Pil / Fast variants
     end_of_turn = ("<end_of_utterance>",)
 
     def seq_len(self) -> int:
@@ -105,4 +105,4 @@ class SmolVLMFamily(Idefics3Family):
     name = "smolvlm"
     model_types = ("smolvlm",)
     processors = ("SmolVLMProcessor",)
-    image_processors = ("SmolVLMImageProcessor", "SmolVLMImageProcessorPil")
+    image_processors = ("SmolVLMImageProcessor",)
