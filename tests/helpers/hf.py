@@ -220,17 +220,19 @@ def write_qwen_folder(path: str, processor=None, vocab_size: int | None = None, 
     return path
 
 
-def write_qwen3_folder(path: str, processor=None, pixels: tuple[int, int] = QWEN3_PIXELS) -> str:
-    """A tiny Qwen3-VL folder (config from Qwen3VLConfig, preprocessor config from its image processor)."""
+def write_qwen3_folder(path: str, processor=None, pixels: tuple[int, int] = QWEN3_PIXELS,
+                       ids: list[int] | None = None, vocab_size: int | None = None) -> str:
+    """A tiny Qwen3-VL folder (config from Qwen3VLConfig, preprocessor config from its image processor); `ids`
+    (image, vision start, vision end, video) and `vocab_size` default to the processor's tokenizer."""
     import json
 
     from transformers import Qwen3VLConfig
 
     tok = (processor or qwen3_processor()).tokenizer
-    ids = tok.convert_tokens_to_ids(["<|image_pad|>", "<|vision_start|>", "<|vision_end|>", "<|video_pad|>"])
+    ids = ids or tok.convert_tokens_to_ids(["<|image_pad|>", "<|vision_start|>", "<|vision_end|>", "<|video_pad|>"])
     os.makedirs(path, exist_ok=True)
     Qwen3VLConfig(
-        text_config=dict(vocab_size=_vocab(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        text_config=dict(vocab_size=vocab_size or _vocab(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=8192,
                          rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True,
                                           "rope_theta": 10000.0}),
