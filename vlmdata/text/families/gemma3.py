@@ -98,7 +98,8 @@ class Gemma3Family(ModelFamily):
                     "image_token_id": image_id, "tokens_per_image": tokens, **self._pan_and_scan(boi, eoi)})
 
     def _pan_and_scan(self, boi: str, eoi: str) -> dict:
-        """The policy's pan-and-scan fields: off, or Gemma3Processor's crop rule and the ids between runs."""
+        """The policy's pan-and-scan fields: off, or Gemma3Processor's crop rule and the ids between runs (lists,
+        as a manifest stores them)."""
         pp = self.folder.preprocessor
         if not pp.get("do_pan_and_scan"):
             return {"pan_and_scan": False}
@@ -112,8 +113,8 @@ class Gemma3Family(ModelFamily):
                 "max_crops": PAN_AND_SCAN_DEFAULTS["pan_and_scan_max_num_crops"],
                 "min_ratio": PAN_AND_SCAN_DEFAULTS["pan_and_scan_min_ratio_to_activate"],
                 "boi_token_id": self.token_id(boi), "eoi_token_id": self.token_id(eoi),
-                "crops_intro_ids": self.ids_between(eoi, f"\n\n{CROPS_INTRO}\n\n", boi),
-                "between_crops_ids": self.ids_between(eoi, f"\n\n{CROPS_JOIN}\n\n", boi)}
+                "crops_intro_ids": list(self.ids_between(eoi, f"\n\n{CROPS_INTRO}\n\n", boi)),
+                "between_crops_ids": list(self.ids_between(eoi, f"\n\n{CROPS_JOIN}\n\n", boi))}
 
     @cached_property
     def _policy(self):
