@@ -261,26 +261,31 @@ def _check_sharded_against_the_processor(folder, processor, tmp_path, settings: 
         assert np.array_equal(labels[want], ids[want])
 
 
-@pytest.mark.parametrize("resample", [2, 3])
-def test_exact_pixels_equal_the_image_processor_on_resized_jpegs_and_pngs(tmp_path, resample):
+@pytest.mark.parametrize("resample,pas", [(2, False), (3, False), pytest.param(3, True, marks=pytest.mark.slow)])
+def test_exact_pixels_equal_the_image_processor_on_resized_jpegs_and_pngs(tmp_path, resample, pas):
     """The folder's resample filter (Gemma 3's bilinear, or bicubic when it says so) on odd-sized JPEGs and
-    PNGs, 64 to 1,344 px, through the policy's tiles and the adapter's normalisation."""
+    PNGs, 64 to 1,344 px, through the policy's tiles and the adapter's normalisation; with pan-and-scan, every
+    crop (strips that do not divide the side included)."""
     from PIL import Image
 
     from tests.helpers.image_zoo import save
 
-    folder = gemma3_folder(tmp_path / f"g{resample}", resample=resample)
+    folder = gemma3_folder(tmp_path / f"g{resample}", resample=resample, do_pan_and_scan=pas)
     fam, proc = load_family(str(folder)), gemma3_processor(folder)
+    settings = {"do_pan_and_scan": True, **PAN_AND_SCAN_DEFAULTS} if pas else {}
     policy = make_policy(fam.vision.policy)
     adapter = make_adapter(ModelSpec.from_family(fam.spec))
     images = dict(sized_jpegs())
     rng = np.random.default_rng(1)
-    for w, h in [(333, 501), (1001, 97), (7, 5)]:
+    for w, h in [(333, 501), (1001, 97), (7, 5), (1000, 300), (301, 1201)]:
         images[f"png_{w}x{h}"] = save(Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)), "PNG")
     decoder = ExactDecoder(resample=fam.vision.resample)
+    cropped = 0
     for name, data in images.items():
         _, w, h = check_image(data, 1 << 30)
         tiles = decoder.decode([data], [(w, h)], policy)[0]
-        assert tiles.shape == (1, 896, 896, 3), name
+        assert tiles.shape == (int(policy.tiles(w, h)), 896, 896, 3), name
+        cropped += len(tiles) - 1
         got = adapter.normalise(torch.from_numpy(tiles).permute(0, 3, 1, 2), torch.float32)
-        assert max_diff(got, hf_pixels(proc.image_processor, data)["pixel_values"]) <= 1e-5, name
+        assert max_diff(got, hf_pixels(proc.image_processor, data, **settings)["pixel_values"]) <= 1e-5, name
+    assert (cropped >= 9) == pas
