@@ -46,8 +46,7 @@ from vlmdata.decode import ExactDecoder, make_policy  # noqa: E402
 from vlmdata.hf import clip_pixels  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
 from vlmdata.testing import corpus_images, gemma3_folder, generator_script, write_report  # noqa: E402
-from vlmdata.text.families import load_family  # noqa: E402
-from vlmdata.text.families.gemma3 import PAN_AND_SCAN_DEFAULTS  # noqa: E402
+from vlmdata.text.families import PAN_AND_SCAN_DEFAULTS, load_family  # noqa: E402
 
 _W: dict = {}       # read by the forked workers
 

@@ -29,11 +29,8 @@ from vlmdata.errors import ConfigError
 from vlmdata.hf import ModelSpec, make_adapter, take_meta
 from vlmdata.ingest import check_image
 from vlmdata.testing import gemma3_folder
-from vlmdata.text import Conversation
-from vlmdata.text.chat_template import TemplateError
-from vlmdata.text.families import load_family
-from vlmdata.text.families.base import replace_marked
-from vlmdata.text.families.gemma3 import PAN_AND_SCAN_DEFAULTS
+from vlmdata.text import Conversation, TemplateError
+from vlmdata.text.families import PAN_AND_SCAN_DEFAULTS, load_family, replace_marked
 
 
 @pytest.fixture(scope="module")
