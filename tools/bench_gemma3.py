@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
              f"median of {args.rounds} interleaved rounds.", "", "| path | images/s | vs the processor |", "|---|---|---|"]
     for p, v in r.items():
         lines.append(f"| {p} | {v:.1f} | x{v / (base_d if p.endswith('(decoded)') else base_b):.2f} |")
-    lines += ["", f"Planner, {args.sizes:,} sizes (one process): " + "; ".join(f"{k} {v / 1e6:.1f} M images/s"
+    lines += ["", f"Planner, {args.sizes:,} sizes (one process): " + "; ".join(f"{k} {v / 1e6:.3g} M images/s"
               for k, v in plan.items()) + f" (x{ours_rate / ref_rate:.1f}).",
               "", f"Exact mode's largest difference from the processor's pixel_values: {worst:.3g}."]
     text = "\n".join(lines)
