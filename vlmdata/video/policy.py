@@ -31,7 +31,8 @@ import numpy as np
 
 from vlmdata.decode.policy import DynamicPolicy
 
-__all__ = ["DecodedVideo", "VideoPolicy", "flatten_video", "make_video_policy", "sample_video_tokens"]
+__all__ = ["POLICY_KINDS", "DecodedVideo", "VideoPolicy", "flatten_video", "make_video_policy", "resize_frames",
+           "sample_video_tokens"]
 
 QWEN2_VL_VIDEO = {"fps": 2.0, "min_frames": 4, "max_frames": 768, "min_pixels": 128 * 28 * 28,
                   "max_pixels": 28 * 28 * 768, "temporal_patch": 2}
@@ -40,15 +41,19 @@ QWEN2_VL_VIDEO = {"fps": 2.0, "min_frames": 4, "max_frames": 768, "min_pixels": 
 @dataclass
 class DecodedVideo:
     """One clip laid out for the model: rows uint8 [t*h*w, 3*tp*patch*patch] in Qwen's patch order,
-    grid (t, h, w) in patches, and the seconds one temporal patch spans."""
+    grid (t, h, w) in patches, and the seconds one temporal patch spans. `expansion`: the token ids its
+    placeholder becomes when they are not all the video token (Qwen3-VL's timestamps and frame markers)."""
 
     rows: np.ndarray
     grid: tuple[int, int, int]
     second_per_grid: float
     merge: int
+    expansion: np.ndarray | None = None
 
     @property
     def tokens(self) -> int:
+        if self.expansion is not None:
+            return len(self.expansion)
         t, h, w = self.grid
         return t * h * w // (self.merge * self.merge)
 
@@ -111,12 +116,9 @@ class VideoPolicy:
 
     def layout(self, frames: list[np.ndarray], second_per_grid: float) -> DecodedVideo:
         """Resize the sampled (H, W, 3) uint8 frames (bicubic, as the processor) and flatten them."""
-        from PIL import Image
-
         h0, w0 = frames[0].shape[:2]
         w, h = (int(x) for x in self.frame_size(w0, h0))
-        resized = [np.asarray(Image.fromarray(f).resize((w, h), self.resample)) for f in frames]
-        rows = flatten_video(resized, self.patch, self.merge, self.temporal_patch)
+        rows = flatten_video(resize_frames(frames, w, h, self.resample), self.patch, self.merge, self.temporal_patch)
         t = -(-len(frames) // self.temporal_patch)
         return DecodedVideo(rows, (t, h // self.patch, w // self.patch), float(second_per_grid), self.merge)
 
@@ -135,6 +137,13 @@ class VideoPolicy:
             del frames
 
 
+def resize_frames(frames: list[np.ndarray], width: int, height: int, resample: int) -> list[np.ndarray]:
+    """(H, W, 3) uint8 frames resized to (width, height) with Pillow (bicubic = torch's antialiased uint8 path)."""
+    from PIL import Image
+
+    return [np.asarray(Image.fromarray(f).resize((width, height), resample)) for f in frames]
+
+
 def flatten_video(frames: list[np.ndarray], patch: int, merge: int, temporal_patch: int) -> np.ndarray:
     """(H, W, 3) uint8 frames -> rows uint8 [t * gh * gw, 3 * tp * patch * patch], the processor's
     `patchify` order (merge blocks contiguous, each row (channel, frame, py, px)); the last frame is
@@ -148,18 +157,28 @@ def flatten_video(frames: list[np.ndarray], patch: int, merge: int, temporal_pat
     return np.ascontiguousarray(x).reshape(t * gh * gw, c * temporal_patch * patch * patch)
 
 
-def make_video_policy(spec: dict | None) -> VideoPolicy | None:
+def _qwen3_policy(d: dict):
+    from vlmdata.video.qwen3_policy import Qwen3VideoPolicy
+
+    return Qwen3VideoPolicy.from_dict(d)
+
+
+# a policy dict's `kind` -> what builds the policy from the rest of the dict
+POLICY_KINDS = {"qwen2_vl_video": lambda d: VideoPolicy(**d), "qwen3_vl_video": _qwen3_policy}
+
+
+def make_video_policy(spec: dict | None):
     """The policy a family's `VisionSpec.video_policy` dict describes (None: the family has none)."""
     if not spec:
         return None
     d = dict(spec)
     kind = d.pop("kind", None)
-    if kind != "qwen2_vl_video":
-        raise ValueError(f"unknown video policy kind {kind!r}")
-    return VideoPolicy(**d)
+    if kind not in POLICY_KINDS:
+        raise ValueError(f"unknown video policy kind {kind!r} (known: {sorted(POLICY_KINDS)})")
+    return POLICY_KINDS[kind](d)
 
 
-def sample_video_tokens(videos, policy: VideoPolicy | None) -> np.ndarray:
+def sample_video_tokens(videos, policy) -> np.ndarray:
     """int64 per sample: the tokens of its clips, from a shard index's `VideoColumns` (no decode)."""
     n = len(videos.n_videos)
     if policy is None or not videos.total:

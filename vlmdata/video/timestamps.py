@@ -1,0 +1,54 @@
+"""Qwen3-VL's text timestamps: `<{t:.1f} seconds>` before each temporal patch of a video.
+
+t is the processor's `_calculate_timestamps`: the sampled frame indices, padded with the last one to a
+multiple of the temporal patch, divided by the clip's fps; each patch takes the mean of its first and
+last frame's time.
+
+The text is tokenized once per tokenizer, piece by piece ("<", each digit, ".", " seconds>"), and a
+timestamp's ids are the concatenation of its pieces' ids. That holds for tokenizers whose pre-tokenizer
+splits digits one by one and punctuation from them (Qwen2's regex does); `stamp_pieces` checks it
+against the tokenizer itself on a set of timestamps and returns None when it does not hold.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["PIECES", "patch_timestamps", "stamp_ids", "stamp_pieces", "stamp_text"]
+
+PIECES = ("<", *"0123456789", ".", " seconds>")
+CHECKED = (0.0, 0.5, 1.25, 7.0, 9.95, 10.0, 12.3, 59.9, 99.95, 123.4, 1000.0, 4567.8, 10799.9)
+
+
+def stamp_text(seconds: float) -> str:
+    """The processor's text for one temporal patch's time."""
+    return f"<{seconds:.1f} seconds>"
+
+
+def stamp_ids(seconds: float, pieces: dict[str, tuple[int, ...]]) -> list[int]:
+    """Token ids of `stamp_text(seconds)`, composed from the pieces' ids."""
+    text = stamp_text(seconds)
+    body = text[1:-len(" seconds>")]
+    out = list(pieces["<"])
+    for ch in body:
+        out += pieces[ch]
+    return out + list(pieces[" seconds>"])
+
+
+def stamp_pieces(encode) -> dict[str, tuple[int, ...]] | None:
+    """Each piece's ids from `encode(text) -> list[int]` (no special tokens added), or None when composed
+    ids differ from the tokenizer's own for one of the checked timestamps."""
+    pieces = {p: tuple(int(i) for i in encode(p)) for p in PIECES}
+    for t in CHECKED:
+        if stamp_ids(t, pieces) != [int(i) for i in encode(stamp_text(t))]:
+            return None
+    return pieces
+
+
+def patch_timestamps(indices: np.ndarray, fps: float, temporal_patch: int) -> np.ndarray:
+    """float64 seconds per temporal patch, as the processor computes them (see the module docstring)."""
+    idx = [int(i) for i in indices]
+    if len(idx) % temporal_patch:
+        idx += [idx[-1]] * (temporal_patch - len(idx) % temporal_patch)
+    times = [i / fps for i in idx]
+    return np.asarray([(times[i] + times[i + temporal_patch - 1]) / 2 for i in range(0, len(times), temporal_patch)],
+                      np.float64)
