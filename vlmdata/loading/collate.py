@@ -39,7 +39,13 @@ from vlmdata.decode.patches import flatten_patches
 from vlmdata.decode.policy import DynamicPolicy, ImagePolicy
 from vlmdata.decode.tiled import is_tiled, sample_args
 from vlmdata.loading.shared_pack import PackedBatch, PackWriter
-from vlmdata.loading.video_pack import declare_videos, fill_videos, video_mask, video_repeats, write_video_expansions
+from vlmdata.loading.video_pack import (
+    declare_videos,
+    fill_videos,
+    video_mask,
+    video_repeats,
+    write_video_expansions,
+)
 from vlmdata.metrics.counts import StatsDelta
 
 IGNORE = -100

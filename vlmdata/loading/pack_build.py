@@ -32,7 +32,13 @@ from vlmdata.loading.collate import (
     write_expansions,
 )
 from vlmdata.loading.shared_pack import PackedBatch, PackWriter
-from vlmdata.loading.video_pack import declare_videos, fill_videos, video_mask, video_repeats, write_video_expansions
+from vlmdata.loading.video_pack import (
+    declare_videos,
+    fill_videos,
+    video_mask,
+    video_repeats,
+    write_video_expansions,
+)
 from vlmdata.metrics.counts import StatsDelta
 
 __all__ = ["build_pack"]
