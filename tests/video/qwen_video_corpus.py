@@ -1,4 +1,4 @@
-"""A LLaVA-Video style corpus (clips made at test time, images, text) sharded with a Qwen2-VL folder."""
+"""A LLaVA-Video style corpus (clips made at test time, images, text) sharded with a Qwen2-VL or Qwen3-VL folder."""
 from __future__ import annotations
 
 import json
@@ -18,6 +18,9 @@ CLIPS = {"h264.mp4": ClipSpec(frames=60, fps=30),
 # the tiny video processor: small frames so the tiny models run fast (read from video_preprocessor_config.json)
 VIDEO_CONFIG = {"fps": 3.0, "min_frames": 2, "max_frames": 12, "temporal_patch_size": 2, "patch_size": 14,
                 "merge_size": 2, "size": {"shortest_edge": 56 * 56, "longest_edge": 112 * 112}}
+# Qwen3-VL's (patch 16; its longest_edge bounds the pixels of all sampled frames together; min_frames default 4)
+QWEN3_VIDEO_CONFIG = {"fps": 3.0, "max_frames": 12, "temporal_patch_size": 2, "patch_size": 16, "merge_size": 2,
+                      "size": {"shortest_edge": 64 * 64, "longest_edge": 6 * 128 * 128}}
 
 
 def _turns(question: str, answer: str) -> list[dict]:
@@ -38,11 +41,11 @@ def rows() -> list[dict]:
     ]
 
 
-def qwen_video_folder(base, out: str) -> str:
-    """A copy of the Qwen2-VL processor folder `base` with the tiny video processor config."""
+def qwen_video_folder(base, out: str, config: dict = VIDEO_CONFIG, kind: str = "Qwen2VLVideoProcessor") -> str:
+    """A copy of the Qwen processor folder `base` with a tiny video processor config."""
     shutil.copytree(base, out)
     with open(os.path.join(out, "video_preprocessor_config.json"), "w") as f:
-        json.dump({"video_processor_type": "Qwen2VLVideoProcessor", **VIDEO_CONFIG}, f)
+        json.dump({"video_processor_type": kind, **config}, f)
     return out
 
 
