@@ -56,15 +56,16 @@ def qwen_video_folder(base, out: str, config: dict = VIDEO_CONFIG, kind: str = "
     return out
 
 
-def shard_corpus(root: str, folder: str, extra_rows: list[dict] = ()) -> str:
-    """Write the clips, an image and the JSON under `root`/raw and shard it with `folder`; returns the dataset."""
+def shard_corpus(root: str, folder: str, extra_rows: list[dict] = (), only: set[str] | None = None) -> str:
+    """Write the clips, an image and the JSON under `root`/raw and shard it with `folder` (`only`: those rows'
+    ids); returns the dataset."""
     os.makedirs(f"{root}/raw/clips", exist_ok=True)
     for name, spec in CLIPS.items():
         with open(f"{root}/raw/clips/{name}", "wb") as f:
             f.write(make_clip(spec))
     Image.new("RGB", (100, 80), (20, 140, 30)).save(f"{root}/raw/still.png")
     with open(f"{root}/raw/data.json", "w") as f:
-        json.dump(rows() + list(extra_rows), f)
+        json.dump([r for r in rows() if only is None or r["id"] in only] + list(extra_rows), f)
     shard_dataset(ShardConfig(inputs=[f"{root}/raw/data.json"], output=f"{root}/ds", tokenizer=folder, workers=0))
     return f"{root}/ds"
 
