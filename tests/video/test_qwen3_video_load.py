@@ -23,8 +23,7 @@ from tests.video.qwen_video_corpus import (
     qwen_video_folder,
     shard_corpus,
 )
-from vlmdata.formats import Manifest, SampleIndex
-from vlmdata.formats.sample import read_sample
+from vlmdata.formats import Manifest, SampleIndex, read_sample
 from vlmdata.video import flatten_video, probe_clip
 
 pytestmark = pytest.mark.slow

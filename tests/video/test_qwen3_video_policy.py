@@ -11,11 +11,17 @@ import pytest
 from tests.helpers.qwen3_video import ClipMeta, video_processor
 from tests.helpers.sizes import log_uniform_sizes
 from vlmdata.testing import ClipSpec, make_clip
-from vlmdata.video import make_video_policy, probe_clip
-from vlmdata.video.qwen3_policy import Qwen3VideoPolicy
-from vlmdata.video.timestamps import PIECES, patch_timestamps, stamp_pieces, stamp_text
+from vlmdata.video import (
+    TIMESTAMP_PIECES,
+    Qwen3VideoPolicy,
+    make_video_policy,
+    patch_timestamps,
+    probe_clip,
+    stamp_pieces,
+    stamp_text,
+)
 
-PIECE_IDS = {p: (100 + i,) for i, p in enumerate(PIECES)}
+PIECE_IDS = {p: (100 + i,) for i, p in enumerate(TIMESTAMP_PIECES)}
 # (video processor settings, the same as policy fields); {} = Qwen3VLVideoProcessor's defaults
 CONFIGS = [({}, {}),
            ({"fps": 1.0, "min_frames": 2, "max_frames": 8}, {"fps": 1.0, "min_frames": 2, "max_frames": 8}),
@@ -141,3 +147,36 @@ def test_a_tokenizer_whose_timestamps_do_not_compose_is_refused():
     table: dict[str, int] = {}
     assert stamp_pieces(lambda text: [table.setdefault(text, len(table))]) is None
     assert stamp_pieces(lambda text: [ord(c) for c in text]) is not None      # one id per character composes
+
+
+def test_a_qwen3_folder_whose_tokenizer_merges_digits_skips_video_rows_counted(tmp_path):
+    """A byte-level BPE that groups digits and learned digit merges: the family lays out no videos, and a video
+    row sharded with it is counted as video_unsupported (the image-free text row is still written)."""
+    import json
+
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
+
+    from vlmdata.ingest import ShardConfig, shard_dataset
+    from vlmdata.testing import QWEN2_VL_SPECIALS, qwen3_vl_video_folder
+    from vlmdata.text.families import load_family
+
+    folder = qwen3_vl_video_folder(tmp_path / "merged-digits")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)      # GPT-2's regex: "12" stays whole
+    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(["12.3 seconds, 123 frames at 10 11 12 fps: hello"] * 20, trainer)
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in QWEN2_VL_SPECIALS])
+    tok.save(str(folder / "tokenizer.json"))
+    fam = load_family(str(folder))
+    assert fam.name == "qwen3_vl" and fam.timestamp_pieces is None and not fam.encodes_video
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw/c.mp4").write_bytes(make_clip(ClipSpec(frames=20)))
+    rows = [{"id": "v", "video": "c.mp4", "conversations": [{"from": "human", "value": "<video>\nhello"},
+                                                           {"from": "gpt", "value": "hello"}]},
+            {"id": "t", "conversations": [{"from": "human", "value": "hello"}, {"from": "gpt", "value": "hello"}]}]
+    (tmp_path / "raw/data.json").write_text(json.dumps(rows))
+    shard_dataset(ShardConfig(inputs=[str(tmp_path / "raw/data.json")], output=str(tmp_path / "ds"),
+                              tokenizer=str(folder), workers=0))
+    stats = json.loads((tmp_path / "ds/manifest.json").read_text())["stats"]
+    assert stats["samples"] == 1 and stats["skipped"] == {"video_unsupported": 1}

@@ -30,32 +30,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from vlmdata.decode.policy import DynamicPolicy
+from vlmdata.video.layout import DecodedVideo, flatten_video, resize_frames
+from vlmdata.video.qwen3_policy import Qwen3VideoPolicy
 
-__all__ = ["POLICY_KINDS", "DecodedVideo", "VideoPolicy", "flatten_video", "make_video_policy", "resize_frames",
-           "sample_video_tokens"]
+__all__ = ["POLICY_KINDS", "DecodedVideo", "VideoPolicy", "flatten_video", "make_video_policy", "sample_video_tokens"]
 
 QWEN2_VL_VIDEO = {"fps": 2.0, "min_frames": 4, "max_frames": 768, "min_pixels": 128 * 28 * 28,
                   "max_pixels": 28 * 28 * 768, "temporal_patch": 2}
-
-
-@dataclass
-class DecodedVideo:
-    """One clip laid out for the model: rows uint8 [t*h*w, 3*tp*patch*patch] in Qwen's patch order,
-    grid (t, h, w) in patches, and the seconds one temporal patch spans. `expansion`: the token ids its
-    placeholder becomes when they are not all the video token (Qwen3-VL's timestamps and frame markers)."""
-
-    rows: np.ndarray
-    grid: tuple[int, int, int]
-    second_per_grid: float
-    merge: int
-    expansion: np.ndarray | None = None
-
-    @property
-    def tokens(self) -> int:
-        if self.expansion is not None:
-            return len(self.expansion)
-        t, h, w = self.grid
-        return t * h * w // (self.merge * self.merge)
 
 
 @dataclass(frozen=True)
@@ -137,34 +118,8 @@ class VideoPolicy:
             del frames
 
 
-def resize_frames(frames: list[np.ndarray], width: int, height: int, resample: int) -> list[np.ndarray]:
-    """(H, W, 3) uint8 frames resized to (width, height) with Pillow (bicubic = torch's antialiased uint8 path)."""
-    from PIL import Image
-
-    return [np.asarray(Image.fromarray(f).resize((width, height), resample)) for f in frames]
-
-
-def flatten_video(frames: list[np.ndarray], patch: int, merge: int, temporal_patch: int) -> np.ndarray:
-    """(H, W, 3) uint8 frames -> rows uint8 [t * gh * gw, 3 * tp * patch * patch], the processor's
-    `patchify` order (merge blocks contiguous, each row (channel, frame, py, px)); the last frame is
-    repeated to fill the last temporal patch."""
-    pad = -len(frames) % temporal_patch
-    x = np.stack(list(frames) + [frames[-1]] * pad)                  # (n, H, W, C)
-    n, height, width, c = x.shape
-    t, gh, gw = n // temporal_patch, height // patch, width // patch
-    x = x.reshape(t, temporal_patch, gh // merge, merge, patch, gw // merge, merge, patch, c)
-    x = x.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)                       # t, bh, bw, mh, mw, C, tp, py, px
-    return np.ascontiguousarray(x).reshape(t * gh * gw, c * temporal_patch * patch * patch)
-
-
-def _qwen3_policy(d: dict):
-    from vlmdata.video.qwen3_policy import Qwen3VideoPolicy
-
-    return Qwen3VideoPolicy.from_dict(d)
-
-
 # a policy dict's `kind` -> what builds the policy from the rest of the dict
-POLICY_KINDS = {"qwen2_vl_video": lambda d: VideoPolicy(**d), "qwen3_vl_video": _qwen3_policy}
+POLICY_KINDS = {"qwen2_vl_video": lambda d: VideoPolicy(**d), "qwen3_vl_video": Qwen3VideoPolicy.from_dict}
 
 
 def make_video_policy(spec: dict | None):

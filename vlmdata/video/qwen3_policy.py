@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from vlmdata.video.policy import DecodedVideo, flatten_video, resize_frames
+from vlmdata.video.layout import DecodedVideo, flatten_video, resize_frames
 from vlmdata.video.timestamps import patch_timestamps, stamp_ids
 
 __all__ = ["QWEN3_VL_VIDEO", "Qwen3VideoPolicy", "smart_resize_video"]

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PIECES", "patch_timestamps", "stamp_ids", "stamp_pieces", "stamp_text"]
+__all__ = ["TIMESTAMP_PIECES", "patch_timestamps", "stamp_ids", "stamp_pieces", "stamp_text"]
 
-PIECES = ("<", *"0123456789", ".", " seconds>")
+TIMESTAMP_PIECES = ("<", *"0123456789", ".", " seconds>")
 CHECKED = (0.0, 0.5, 1.25, 7.0, 9.95, 10.0, 12.3, 59.9, 99.95, 123.4, 1000.0, 4567.8, 10799.9)
 
 
@@ -37,7 +37,7 @@ def stamp_ids(seconds: float, pieces: dict[str, tuple[int, ...]]) -> list[int]:
 def stamp_pieces(encode) -> dict[str, tuple[int, ...]] | None:
     """Each piece's ids from `encode(text) -> list[int]` (no special tokens added), or None when composed
     ids differ from the tokenizer's own for one of the checked timestamps."""
-    pieces = {p: tuple(int(i) for i in encode(p)) for p in PIECES}
+    pieces = {p: tuple(int(i) for i in encode(p)) for p in TIMESTAMP_PIECES}
     for t in CHECKED:
         if stamp_ids(t, pieces) != [int(i) for i in encode(stamp_text(t))]:
             return None
