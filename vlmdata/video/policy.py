@@ -19,6 +19,9 @@ The rule is transformers' `Qwen2VLVideoProcessor` (shared by Qwen2.5-VL) with fr
 loader read the same number, so planned and built lengths agree. For a constant-rate clip it equals the
 declared rate transformers reads.
 
+`make_video_policy(dict)` builds a family's policy from its manifest dict by its `kind` (`POLICY_KINDS`:
+this one, `qwen2_vl_video`, and Qwen3-VL's `qwen3_vl_video`, `video.qwen3_policy`).
+
 `VideoPolicy.tokens(...)` is vectorised over numpy arrays (the planner counts from index columns);
 `load(data, info)` decodes only the sampled frames, one clip at a time, and lays them out as Qwen's
 flattened patches (`DecodedVideo`).
