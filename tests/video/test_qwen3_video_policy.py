@@ -180,3 +180,17 @@ def test_a_qwen3_folder_whose_tokenizer_merges_digits_skips_video_rows_counted(t
                               tokenizer=str(folder), workers=0))
     stats = json.loads((tmp_path / "ds/manifest.json").read_text())["stats"]
     assert stats["samples"] == 1 and stats["skipped"] == {"video_unsupported": 1}
+
+
+def test_the_planners_count_is_the_built_expansions_length():
+    """`tokens` counts without building; it equals the expansion's length over random clips (two-id suffix)."""
+    pol = Qwen3VideoPolicy(timestamp_pieces={**PIECE_IDS, " seconds>": (40, 41)}, video_token_id=7, vision_start_id=5,
+                           vision_end_id=6)
+    rng = np.random.default_rng(11)
+    frames, fps = rng.integers(1, 30 * 900, 200), rng.choice(RATES, 200)
+    ws, hs = log_uniform_sizes(200, seed=12, top=2000, low=16, max_ratio=100)
+    counted = pol.tokens(frames, fps, ws, hs)
+    for i in range(200):
+        idx = pol.frame_indices(int(frames[i]), float(fps[i]))
+        built = pol.expansion(idx, float(fps[i]), pol.grid_of(len(idx), int(ws[i]), int(hs[i])))
+        assert counted[i] == len(built), i

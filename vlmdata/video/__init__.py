@@ -9,5 +9,5 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "flatten_video": "layout", "POLICY_KINDS": "policy",
     "Qwen3VideoPolicy": "qwen3_policy", "smart_resize_video": "qwen3_policy",
     "TIMESTAMP_PIECES": "timestamps", "patch_timestamps": "timestamps", "stamp_ids": "timestamps",
-    "stamp_pieces": "timestamps", "stamp_text": "timestamps",
+    "stamp_pieces": "timestamps", "stamp_text": "timestamps", "stamps_length": "timestamps",
 })

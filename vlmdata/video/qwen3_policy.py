@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from vlmdata.video.layout import DecodedVideo, flatten_video, resize_frames
-from vlmdata.video.timestamps import patch_timestamps, stamp_ids
+from vlmdata.video.timestamps import patch_timestamps, stamp_ids, stamps_length
 
 __all__ = ["QWEN3_VL_VIDEO", "Qwen3VideoPolicy", "smart_resize_video"]
 
@@ -126,9 +126,11 @@ class Qwen3VideoPolicy:
         return np.asarray(out, np.int64)
 
     def clip_tokens(self, frames: int, fps: float, width: int, height: int) -> int:
-        """Tokens one clip's placeholder expands to (its expansion's length)."""
+        """Tokens one clip's placeholder expands to (its expansion's length, counted without building it)."""
         indices = self.frame_indices(int(frames), float(fps))
-        return len(self.expansion(indices, fps, self.grid_of(len(indices), width, height)))
+        t, h, w = self.grid_of(len(indices), width, height)
+        times = patch_timestamps(indices, float(fps), self.temporal_patch)[:t]
+        return t * (h * w // (self.merge * self.merge) + 2) + stamps_length(times, self.timestamp_pieces)
 
     def tokens(self, frames, fps, width, height) -> np.ndarray:
         """Tokens per clip, timestamps and frame markers included (over numpy arrays, one clip at a time)."""

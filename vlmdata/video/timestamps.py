@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["TIMESTAMP_PIECES", "patch_timestamps", "stamp_ids", "stamp_pieces", "stamp_text"]
+__all__ = ["TIMESTAMP_PIECES", "patch_timestamps", "stamp_ids", "stamp_pieces", "stamp_text", "stamps_length"]
 
 TIMESTAMP_PIECES = ("<", *"0123456789", ".", " seconds>")
 CHECKED = (0.0, 0.5, 1.25, 7.0, 9.95, 10.0, 12.3, 59.9, 99.95, 123.4, 1000.0, 4567.8, 10799.9)
@@ -44,11 +44,21 @@ def stamp_pieces(encode) -> dict[str, tuple[int, ...]] | None:
     return pieces
 
 
+def stamps_length(seconds: np.ndarray, pieces: dict[str, tuple[int, ...]]) -> int:
+    """Total ids of the timestamps `seconds` (what `stamp_ids` gives them, counted without building them)."""
+    body = "".join(f"{t:.1f}" for t in seconds.tolist()).encode("ascii")
+    per_char = np.zeros(128, np.int64)
+    for ch in "0123456789.":
+        per_char[ord(ch)] = len(pieces[ch])
+    fixed = len(pieces["<"]) + len(pieces[" seconds>"])
+    return int(per_char[np.frombuffer(body, np.uint8)].sum()) + fixed * len(seconds)
+
+
 def patch_timestamps(indices: np.ndarray, fps: float, temporal_patch: int) -> np.ndarray:
-    """float64 seconds per temporal patch, as the processor computes them (see the module docstring)."""
-    idx = [int(i) for i in indices]
+    """float64 seconds per temporal patch, as the processor computes them (see the module docstring; the same
+    IEEE double operations as its Python floats)."""
+    idx = np.asarray(indices, np.int64)
     if len(idx) % temporal_patch:
-        idx += [idx[-1]] * (temporal_patch - len(idx) % temporal_patch)
-    times = [i / fps for i in idx]
-    return np.asarray([(times[i] + times[i + temporal_patch - 1]) / 2 for i in range(0, len(times), temporal_patch)],
-                      np.float64)
+        idx = np.concatenate([idx, np.full(temporal_patch - len(idx) % temporal_patch, idx[-1])])
+    times = (idx / float(fps)).reshape(-1, temporal_patch)
+    return (times[:, 0] + times[:, -1]) / 2
