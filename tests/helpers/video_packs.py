@@ -100,3 +100,23 @@ def assert_packed_equals_alone(model, spec, inputs: dict) -> None:
     with torch.no_grad():
         wrong = float(model(**shifted, num_items_in_batch=count).loss)
     assert abs(wrong - alone_loss) > TOL * max(1.0, abs(alone_loss))
+
+
+def assert_bucket_positions_are_packed(spec, pack: dict, root: str) -> int:
+    """Bucket mode (rows padded to the longest) over the dataset at `root`: each row's M-RoPE positions are its
+    sample's in `pack`; returns the rows seen."""
+    from vlmdata import VLMDataset
+    from vlmdata.loading import DatasetOptions
+
+    inputs = adapter_inputs(spec, pack)
+    cu = inputs["cu_seq_lens_q"].tolist()
+    packed = {k: inputs["position_ids"][:, 0, a:b] for k, a, b in zip(pack["sample_keys"], cu[:-1], cu[1:])}
+    rows = 0
+    adapter = make_adapter(spec, "sdpa")
+    for b in VLMDataset(root, max_tokens=8192, options=DatasetOptions(mode="bucket")):
+        host = adapter(b)
+        for i, key in enumerate(b["sample_keys"]):
+            n = int(b["lengths"][i])
+            assert torch.equal(host["position_ids"][:, i, :n], packed[key]), key
+            rows += 1
+    return rows

@@ -15,6 +15,7 @@ from tests.helpers.hf import qwen3_config, tiny_model
 from tests.helpers.models import qwen3_folder_or_skip
 from tests.helpers.video_packs import (
     adapter_inputs,
+    assert_bucket_positions_are_packed,
     assert_packed_equals_alone,
     assert_positions_are_the_rope_index,
 )
@@ -42,11 +43,11 @@ def setup(tmp_path_factory):
     assert spec.family == "qwen3-vl" and spec.video_token_id == IDS[3]
     model = tiny_model(folder)
     shutil.rmtree(str(root / "raw"))
-    return model, spec, pack
+    return model, spec, pack, ds
 
 
 def test_video_tokens_are_marked_and_the_vision_markers_repeat_per_frame(setup):
-    _, spec, pack = setup
+    _, spec, pack, _ = setup
     inputs = adapter_inputs(spec, pack)
     ids, types = inputs["input_ids"][0], inputs["mm_token_type_ids"][0]
     assert torch.equal(types == 2, ids == IDS[3]) and torch.equal(types == 1, ids == IDS[0])
@@ -58,10 +59,15 @@ def test_video_tokens_are_marked_and_the_vision_markers_repeat_per_frame(setup):
 
 
 def test_positions_equal_the_models_rope_index_per_sample(setup):
-    model, spec, pack = setup
+    model, spec, pack, _ = setup
     assert assert_positions_are_the_rope_index(model, spec, adapter_inputs(spec, pack)) == 2
 
 
 def test_packed_equals_sum_of_samples_and_a_moved_boundary_fails(setup):
-    model, spec, pack = setup
+    model, spec, pack, _ = setup
     assert_packed_equals_alone(model, spec, adapter_inputs(spec, pack))
+
+
+def test_bucket_rows_get_the_positions_of_their_packed_samples(setup):
+    _, spec, pack, ds = setup
+    assert assert_bucket_positions_are_packed(spec, pack, ds) == 3

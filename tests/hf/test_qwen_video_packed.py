@@ -13,12 +13,13 @@ from tests.helpers.hf import qwen_config, tiny_model, write_qwen2_5_folder
 from tests.helpers.models import qwen_folder_or_skip
 from tests.helpers.video_packs import (
     adapter_inputs,
+    assert_bucket_positions_are_packed,
     assert_packed_equals_alone,
     assert_positions_are_the_rope_index,
 )
 from tests.video.qwen_video_corpus import qwen_video_folder, shard_corpus
 from vlmdata import VLMDataset
-from vlmdata.hf import ModelSpec, make_adapter
+from vlmdata.hf import ModelSpec
 
 IDS = [151655, 151652, 151653, 151656]        # image, vision start, vision end, video (the Qwen2 tokenizer's)
 VOCAB = 151936
@@ -85,19 +86,4 @@ def test_packed_equals_sum_of_samples_and_a_moved_boundary_fails(model_and_spec,
 
 def test_bucket_rows_get_the_positions_of_their_packed_samples(model_and_spec, pack):
     """Bucket mode (rows padded to the longest): each row's M-RoPE positions are its packed sample's."""
-    from vlmdata.loading import DatasetOptions
-
-    _, spec = model_and_spec
-    inputs = adapter_inputs(spec, pack)
-    cu = inputs["cu_seq_lens_q"].tolist()
-    packed = {k: inputs["position_ids"][:, 0, a:b] for k, a, b in zip(pack["sample_keys"], cu[:-1], cu[1:])}
-    root = pack["_root"]
-    rows = 0
-    adapter = make_adapter(spec, "sdpa")
-    for b in VLMDataset(root, max_tokens=8192, options=DatasetOptions(mode="bucket")):
-        host = adapter(b)
-        for i, key in enumerate(b["sample_keys"]):
-            n = int(b["lengths"][i])
-            assert torch.equal(host["position_ids"][:, i, :n], packed[key]), key
-            rows += 1
-    assert rows == 6
+    assert assert_bucket_positions_are_packed(model_and_spec[1], pack, pack["_root"]) == 6
