@@ -129,6 +129,7 @@ def test_the_policy_round_trips_through_its_manifest_dict():
         make_video_policy({"kind": "nope"})
 
 
+@pytest.mark.slow
 def test_timestamp_pieces_of_the_qwen_tokenizer_compose_its_own_ids():
     from tests.helpers.models import qwen3_folder_or_skip
     from vlmdata.text.families import load_family
