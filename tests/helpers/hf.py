@@ -237,14 +237,16 @@ def qwen3_config(vocab_size: int, image_token_id: int, vision_start: int, vision
         video_token_id=video_token_id)
 
 
-def write_qwen3_folder(path: str, processor=None, pixels: tuple[int, int] = QWEN3_PIXELS) -> str:
-    """A tiny Qwen3-VL folder (config from Qwen3VLConfig, preprocessor config from its image processor)."""
+def write_qwen3_folder(path: str, processor=None, pixels: tuple[int, int] = QWEN3_PIXELS,
+                       ids: list[int] | None = None, vocab_size: int | None = None) -> str:
+    """A tiny Qwen3-VL folder (config from Qwen3VLConfig, preprocessor config from its image processor); `ids`
+    (image, vision start, vision end, video) and `vocab_size` default to the processor's tokenizer."""
     import json
 
     tok = (processor or qwen3_processor()).tokenizer
-    ids = tok.convert_tokens_to_ids(["<|image_pad|>", "<|vision_start|>", "<|vision_end|>", "<|video_pad|>"])
+    ids = ids or tok.convert_tokens_to_ids(["<|image_pad|>", "<|vision_start|>", "<|vision_end|>", "<|video_pad|>"])
     os.makedirs(path, exist_ok=True)
-    qwen3_config(_vocab(tok), *ids).save_pretrained(path)
+    qwen3_config(vocab_size or _vocab(tok), *ids).save_pretrained(path)
     with open(os.path.join(path, "preprocessor_config.json"), "w") as f:
         json.dump(qwen3_image_processor(pixels).to_dict(), f)
     return path
