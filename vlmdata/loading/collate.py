@@ -39,7 +39,13 @@ from vlmdata.decode.patches import flatten_patches
 from vlmdata.decode.policy import DynamicPolicy, ImagePolicy
 from vlmdata.decode.tiled import is_tiled, sample_args
 from vlmdata.loading.shared_pack import PackedBatch, PackWriter
-from vlmdata.loading.video_pack import declare_videos, fill_videos, video_mask, video_repeats
+from vlmdata.loading.video_pack import (
+    declare_videos,
+    fill_videos,
+    video_mask,
+    video_repeats,
+    write_video_expansions,
+)
 from vlmdata.metrics.counts import StatsDelta
 
 IGNORE = -100
@@ -113,6 +119,7 @@ def prepare_sample(key: str, tokens: np.ndarray, images: list, sizes: list[tuple
     exp_ids = np.repeat(ids, repeats)
     labels = np.repeat(np.where((loss > 0) & ~is_img & ~video_mask(ids, cfg.video_token_id), ids, IGNORE), repeats)
     write_expansions(exp_ids, placeholder_starts(repeats, is_img), sizes, cfg.policy, counts)
+    write_video_expansions(exp_ids, repeats, video_mask(ids, cfg.video_token_id), list(videos))
     if len(labels):
         labels[0] = IGNORE
     return PreparedSample(key, exp_ids, labels, list(images), list(sizes), list(videos)), truncated

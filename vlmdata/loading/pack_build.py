@@ -32,7 +32,13 @@ from vlmdata.loading.collate import (
     write_expansions,
 )
 from vlmdata.loading.shared_pack import PackedBatch, PackWriter
-from vlmdata.loading.video_pack import declare_videos, fill_videos, video_mask, video_repeats
+from vlmdata.loading.video_pack import (
+    declare_videos,
+    fill_videos,
+    video_mask,
+    video_repeats,
+    write_video_expansions,
+)
 from vlmdata.metrics.counts import StatsDelta
 
 __all__ = ["build_pack"]
@@ -89,6 +95,7 @@ def _fast_pack(records: list, images: list[list], cfg: CollateConfig, stats: Sta
     a = out.allocate()
     a["input_ids"][:] = np.repeat(ids, repeats)
     write_expansions(a["input_ids"], placeholder_starts(repeats, is_img), sizes, cfg.policy, counts)
+    write_video_expansions(a["input_ids"], repeats, is_vid, clips)
     a["labels"][:] = np.repeat(np.where((loss > 0) & ~is_img & ~is_vid, ids, IGNORE), repeats)
     a["labels"][exp_cu[:-1][exp_lens > 0]] = IGNORE          # each sample's first token predicts nothing
     np.subtract(np.arange(total, dtype=np.int64), np.repeat(exp_cu[:-1], exp_lens), out=a["position_ids"])
