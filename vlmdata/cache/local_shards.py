@@ -42,6 +42,12 @@ class MappedShard(mmap.mmap):
         """True when the mapped file was written (or truncated) after it was opened."""
         return _identity(os.fstat(self._fd)) != self._identity
 
+    def read_into(self, dst, offset: int) -> int:
+        """Copy the file's bytes at `offset` into the writable buffer `dst` with pread (the kernel copies
+        from the page cache: no page of the map is touched, so none counts in this process's memory);
+        returns the bytes read, fewer than `dst` holds only when the file got shorter."""
+        return os.preadv(self._fd, [dst], offset)
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)

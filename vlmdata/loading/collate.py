@@ -161,8 +161,12 @@ def declare_images(out: PackWriter, parts: list[PreparedSample], cfg: CollateCon
         out.add("image_grid", np.int32, (len(images), 3))
         out.add("vision_cu_seqlens", np.int32, (len(images) + 1,))
         return
-    s = policy.size
-    out.add("pixel_values", np.uint8, (len(images), s, s, 3), permute=(0, 3, 1, 2))   # channels_last
+    declare_fixed_pixels(out, len(images), policy.size)
+
+
+def declare_fixed_pixels(out: PackWriter, n: int, size: int) -> None:
+    """pixel_values of n images of size x size: (n, S, S, 3) in memory, handed out [n, 3, S, S] (channels_last)."""
+    out.add("pixel_values", np.uint8, (n, size, size, 3), permute=(0, 3, 1, 2))
 
 
 def fill_images(arrays: dict, parts: list[PreparedSample], cfg: CollateConfig) -> None:
