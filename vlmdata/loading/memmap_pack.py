@@ -5,11 +5,13 @@ copies it out of the map (`SampleRecord.detached`), checks that the shard was no
 and collate then copies each image again, into the pack's buffer: two copies of every pixel and a
 dozen Python objects per sample. `read_memmap_pack` does the same work per pack:
 
-- which samples to skip, from the index in numpy: rows outside the shard's arrays (`memmap_bad_rows`)
-  and image rows that belong to another sample (the owner tags, `formats.memmap`), counted as
-  index_mismatch like the per-sample path counts them; samples of an unreadable shard by its reason;
-- the kept samples' tokens gathered with one fancy index per shard, their image rows and stored sizes
-  too; the layout of `pack_build.layout_pack` (the same fields, value for value);
+- which samples to skip: each shard's rows are judged once, on the first pack read from it, in numpy
+  (`unreadable_rows`: rows outside the shard's arrays, `memmap_bad_rows`, and image rows that belong to
+  another sample, by the owner tags of `formats.memmap`), counted as index_mismatch like the per-sample
+  path counts them; samples of an unreadable shard by its reason;
+- the kept samples' token ranges and image rows looked up in the shard's index columns (as lists: a
+  pack reads a few rows of each shard), the tokens concatenated once; the layout of
+  `pack_build.layout_pack` (the same fields, value for value);
 - the pixels: each run of consecutive image rows of a shard copied with one `pread` from the shard's
   file straight into the pack's `pixel_values` (`MappedShard.read_into`: the kernel copies from the
   page cache, no page of the map is touched, so the worker's memory does not grow by the shards it
@@ -53,25 +55,16 @@ class MemmapReader:
 
     def __init__(self, read: Callable[[int], SampleRecord], shard: MemmapShard, mapped: MappedShard | None):
         self.read, self.shard, self.mapped = read, shard, mapped
+        self._rows: _Rows | None = None
 
     def __call__(self, i: int) -> SampleRecord:
         return self.read(i)
 
-    def mismatched(self, rows: np.ndarray) -> np.ndarray:
-        """Per row: True when its tokens, meta or images lie outside the shard or an image row is another
-        sample's (what `MemmapShard.read_sample` raises IndexMismatchError for)."""
-        shard, ix = self.shard, self.shard.index
-        bad = shard.bad_rows[rows] if shard.bad_rows is not None else np.zeros(len(rows), bool)
-        if shard.owners is None:
-            return bad
-        counts = np.where(bad, 0, ix.n_images[rows]).astype(np.int64)
-        image_rows = ix.img_offset[ranges(ix.image_start[rows], counts)]
-        keys = ix.key[rows].tolist()
-        want = np.fromiter((owner_tag(k, j) for k, c in zip(keys, counts.tolist()) for j in range(c)), np.uint64,
-                           len(image_rows))
-        wrong = shard.owners[image_rows] != want
-        bad[np.repeat(np.arange(len(rows)), counts)[wrong]] = True
-        return bad
+    def rows(self) -> _Rows:
+        """The shard's index as lists, with each row's verdict, made on the first pack read from it."""
+        if self._rows is None:
+            self._rows = _Rows(self.shard)
+        return self._rows
 
     def copy_rows(self, dst: np.ndarray, first: int) -> bool:
         """Image rows first, first + 1, ... into dst (n, S, S, 3); False when the file got shorter."""
@@ -84,6 +77,37 @@ class MemmapReader:
     def changed(self) -> bool:
         """True when the shard's file was rewritten in place since it was opened."""
         return self.mapped is not None and self.mapped.changed()
+
+
+class _Rows:
+    """A memmap shard's index columns as Python lists (a pack reads a few rows of each: list indexing is
+    cheaper than numpy's per call), and which rows cannot be read (`unreadable`, see `unreadable_rows`)."""
+
+    def __init__(self, shard: MemmapShard):
+        ix = shard.index
+        self.unreadable = unreadable_rows(shard).tolist()
+        self.agree = bool(((ix.image_start >= 0) & (ix.image_start + ix.n_images <= len(ix.img_offset))).all())
+        self.keys = ix.key.tolist()
+        self.tok_offset, self.tok_size = ix.tok_offset.tolist(), ix.tok_size.tolist()
+        self.image_start, self.n_images = ix.image_start.tolist(), ix.n_images.tolist()
+        self.img_offset, self.width, self.height = ix.img_offset.tolist(), ix.width.tolist(), ix.height.tolist()
+
+
+def unreadable_rows(shard: MemmapShard) -> np.ndarray:
+    """Per index row: True when its tokens, meta or images lie outside the shard or one of its image rows
+    is another sample's (what `MemmapShard.read_sample` raises IndexMismatchError for)."""
+    ix = shard.index
+    bad = shard.bad_rows.copy() if shard.bad_rows is not None else np.zeros(len(ix), bool)
+    if shard.owners is None or not len(ix):
+        return bad
+    counts = np.where(bad, 0, ix.n_images).astype(np.int64)
+    image_rows = ix.img_offset[ranges(ix.image_start, counts)]
+    keys = ix.key.tolist()
+    want = np.fromiter((owner_tag(k, j) for k, c in zip(keys, counts.tolist()) for j in range(c)), np.uint64,
+                       len(image_rows))
+    wrong = shard.owners[image_rows] != want
+    bad[np.repeat(np.arange(len(ix)), counts)[wrong]] = True
+    return bad
 
 
 def ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
@@ -101,60 +125,56 @@ def fixed_pixels(cfg: CollateConfig) -> bool:
 
 
 class _ShardPixels:
-    """The pack's pixel_values, read run by run from the shards (see the module docstring)."""
+    """The pack's pixel_values, read run by run from the shards (runs: (reader, first row, count))."""
 
-    def __init__(self, readers: list[MemmapReader], group: np.ndarray, rows: np.ndarray, size: int):
-        self.readers, self.group, self.rows, self.size = readers, group, rows, size
+    def __init__(self, runs: list[list], n: int, size: int):
+        self.runs, self.n, self.size = runs, n, size
 
     def declare(self, out: PackWriter) -> None:
-        declare_fixed_pixels(out, len(self.rows), self.size)
+        declare_fixed_pixels(out, self.n, self.size)
 
     def fill(self, arrays: dict) -> bool:
-        pixels, group, rows = arrays["pixel_values"], self.group, self.rows
-        cut = np.flatnonzero((group[1:] != group[:-1]) | (rows[1:] != rows[:-1] + 1)) + 1
-        bounds = [0, *cut.tolist(), len(rows)] if len(rows) else []
-        for a, b in zip(bounds, bounds[1:]):
-            if not self.readers[group[a]].copy_rows(pixels[a:b], int(rows[a])):
+        pixels, at = arrays["pixel_values"], 0
+        for reader, first, count in self.runs:
+            if not reader.copy_rows(pixels[at:at + count], first):
                 return False
-        return not any(r.changed() for r in self.readers)     # after the copies: were they the checked bytes?
+            at += count
+        readers = {id(r): r for r, _, _ in self.runs}.values()
+        return not any(r.changed() for r in readers)        # after the copies: were they the checked bytes?
 
 
 def read_memmap_pack(readers: dict, shards: np.ndarray, rows: np.ndarray, gids: np.ndarray, cfg: CollateConfig,
                      stats: StatsDelta) -> PackedBatch | None:
     """The pack of samples `gids` (shard `shards[k]`, row `rows[k]`; `readers`: shard -> MemmapReader or a
     Skip reason), or None for the per-sample path (see the module docstring); `stats` counts a pack returned."""
-    if not fixed_pixels(cfg) or not all(isinstance(r, (MemmapReader, str)) for r in readers.values()):
+    if not fixed_pixels(cfg):
         return None
-    skipped, mismatched = Counter(), []
-    keep = np.ones(len(gids), bool)
-    used: list[MemmapReader] = []
-    where = np.empty(len(gids), np.int64)                  # each sample's reader, as its place in `used`
-    for s, reader in readers.items():
-        at = np.flatnonzero(shards == s)
+    skipped, mismatched, kept = Counter(), [], []
+    for gid, s, row in zip(np.asarray(gids).tolist(), np.asarray(shards).tolist(), np.asarray(rows).tolist()):
+        reader = readers[s]
         if isinstance(reader, str):
-            skipped[reader] += len(at)
-            keep[at] = False
+            skipped[reader] += 1
             continue
-        ix = reader.shard.index
-        if reader.shard.image_size != cfg.policy.size or not _image_columns_agree(ix):
+        if not isinstance(reader, MemmapReader) or reader.shard.image_size != cfg.policy.size:
             return None
-        bad = reader.mismatched(rows[at])
-        keep[at[bad]] = False
-        mismatched += gids[at[bad]].tolist()
-        where[at] = len(used)
-        used.append(reader)
-    kept = np.flatnonzero(keep)
-    if not len(kept):
+        table = reader.rows()
+        if not table.agree:
+            return None
+        if table.unreadable[row]:
+            mismatched.append(gid)
+        else:
+            kept.append((reader, table, row))
+    if not kept:
         return None
     try:
-        t, image_group, image_rows = _gather(used, where[kept], rows[kept])
+        t, runs = _gather(kept)
     except UnicodeDecodeError:                             # a key that is not UTF-8: the per-sample path counts it
         return None
     local = StatsDelta()
-    batch = layout_pack(t, cfg, local, _ShardPixels(used, image_group, image_rows, cfg.policy.size))
+    batch = layout_pack(t, cfg, local, _ShardPixels(runs, len(t.widths), cfg.policy.size))
     if batch is None:
         return None
-    for gid in sorted(mismatched):
+    for gid in mismatched:
         log.warning("skipping sample %d: its index row points outside the memmap shard or at another sample's "
                     "image row", gid)
     local.skipped.update(skipped)
@@ -164,35 +184,27 @@ def read_memmap_pack(readers: dict, shards: np.ndarray, rows: np.ndarray, gids: 
     return batch
 
 
-def _image_columns_agree(ix) -> bool:
-    """True when every sample's image rows lie inside the index's per-image columns."""
-    return bool(((ix.image_start >= 0) & (ix.image_start + ix.n_images <= len(ix.img_offset))).all())
-
-
-def _gather(readers: list[MemmapReader], where: np.ndarray, rows: np.ndarray):
-    """The kept samples' PackTokens, and per image of the pack its reader (place in `readers`) and row."""
-    n = len(rows)
-    lens, counts = np.empty(n, np.int64), np.empty(n, np.int64)
-    for g, r in enumerate(readers):
-        sel = where == g
-        lens[sel] = r.shard.index.tok_size[rows[sel]]
-        counts[sel] = r.shard.index.n_images[rows[sel]]
-    tok_cu, img_cu = np.cumsum(lens) - lens, np.cumsum(counts) - counts
-    ids, loss = np.empty(int(lens.sum()), np.int32), np.empty(int(lens.sum()), np.uint8)
-    m = int(counts.sum())
-    group, image_rows, widths, heights = (np.empty(m, np.int64) for _ in range(4))
-    keys = np.empty(n, object)
-    for g, r in enumerate(readers):
-        sel = np.flatnonzero(where == g)
-        if not len(sel):
-            continue
-        ix, shard, rs = r.shard.index, r.shard, rows[sel]
-        dst, src = ranges(tok_cu[sel], lens[sel]), ranges(ix.tok_offset[rs], lens[sel])
-        ids[dst], loss[dst] = shard.ids[src], shard.loss[src]
-        dst, src = ranges(img_cu[sel], counts[sel]), ranges(ix.image_start[rs], counts[sel])
-        group[dst], image_rows[dst] = g, ix.img_offset[src]
-        widths[dst], heights[dst] = ix.width[src], ix.height[src]
-        keys[sel] = [k.decode("utf-8") for k in ix.key[rs].tolist()]
-    t = PackTokens(keys=keys.tolist(), ids=ids, loss=loss, lens=lens, image_counts=counts, widths=widths,
-                   heights=heights, clip_counts=np.zeros(n, np.int64))
-    return t, group, image_rows
+def _gather(kept: list[tuple]) -> tuple[PackTokens, list[list]]:
+    """The kept samples' PackTokens and the pack's runs of consecutive image rows (reader, first row, count)."""
+    ids, loss, keys, lens, counts = [], [], [], [], []
+    widths, heights, runs = [], [], []
+    for reader, table, row in kept:
+        o, n = table.tok_offset[row], table.tok_size[row]
+        ids.append(reader.shard.ids[o:o + n])
+        loss.append(reader.shard.loss[o:o + n])
+        keys.append(table.keys[row].decode("utf-8"))
+        lens.append(n)
+        a, c = table.image_start[row], table.n_images[row]
+        counts.append(c)
+        widths += table.width[a:a + c]
+        heights += table.height[a:a + c]
+        for r in table.img_offset[a:a + c]:
+            last = runs[-1] if runs else None
+            if last is not None and last[0] is reader and last[1] + last[2] == r:
+                last[2] += 1
+            else:
+                runs.append([reader, r, 1])
+    t = PackTokens(keys=keys, ids=np.concatenate(ids), loss=np.concatenate(loss), lens=np.asarray(lens, np.int64),
+                   image_counts=np.asarray(counts, np.int64), widths=np.asarray(widths, np.int64),
+                   heights=np.asarray(heights, np.int64), clip_counts=np.zeros(len(kept), np.int64))
+    return t, runs
