@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import vlmdata.loading.dataset as dataset_module
-from tests.helpers.dataset import make_samples, write_dataset
+from tests.helpers.dataset import TOK, make_samples, write_dataset
 from vlmdata.decode import FixedPolicy
 from vlmdata.formats import MemmapShard, SampleIndex
 from vlmdata.loading import (
@@ -25,7 +25,6 @@ from vlmdata.loading import (
     read_memmap_pack,
 )
 from vlmdata.metrics import StatsDelta
-from vlmdata.text import ByteTokenizer
 
 MAX_TOKENS = 512
 SIZE = 56
@@ -129,13 +128,29 @@ def test_pack_reads_through_workers_equal_sample_reads(corpus):
     assert_identical(load(root, True, workers=2), load(root, False, workers=2))
 
 
-def test_a_pack_with_a_sample_to_truncate_falls_back_to_the_per_sample_path(tmp_path, pack_reads):
+def test_packs_with_samples_to_truncate_are_read_whole_and_equal_sample_reads(tmp_path, pack_reads):
     root = str(tmp_path / "mm")
     write_dataset(root, make_samples(32, seed=6, long_text=120), shard_size=8, kind="memmap", image_size=SIZE)
     whole = load(root, True, max_tokens=96)
-    assert pack_reads["fallback"] > 0 and pack_reads["whole"] > 0
+    assert pack_reads == {"whole": len(whole)}
     assert sum(b["stats"]["truncated"] for b in whole) > 0
     assert_identical(whole, load(root, False, max_tokens=96))
+
+
+def test_a_pack_with_a_sample_whose_placeholders_do_not_match_falls_back_to_the_per_sample_path(tmp_path, pack_reads):
+    """A shard written with one image placeholder too many for one sample: the per-sample path skips and counts
+    that sample (bad_sample), and the pack holding it is read that way, with the same result."""
+    root = str(tmp_path / "mm")
+    samples = make_samples(24, seed=9)
+    bad = next(s for s in samples if s.images)
+    bad.tokens = np.concatenate([bad.tokens[:, :1], [[TOK.special.image], [0]], bad.tokens[:, 1:]], axis=1)
+    bad.tokens = bad.tokens.astype(np.int32)
+    write_dataset(root, samples, shard_size=8, kind="memmap", image_size=SIZE)
+    whole = load(root, True)
+    assert pack_reads["fallback"] == 1 and pack_reads["whole"] == len(whole) - 1
+    assert skipped(whole) == {"bad_sample": 1}
+    assert sorted(k for b in whole for k in b["sample_keys"]) == sorted(s.key for s in samples if s is not bad)
+    assert_identical(whole, load(root, False))
 
 
 def test_shard_rewritten_in_place_mid_epoch_never_delivers_another_samples_pixels(tmp_path, pack_reads):
@@ -188,9 +203,8 @@ def test_pack_read_from_a_shard_in_memory_equals_its_records(tmp_path):
     info = m.shards[0]
     shard = MemmapShard.from_buffer(open(os.path.join(root, info.name), "rb").read(),
                                     SampleIndex.load(os.path.join(root, info.index)))
-    tok = ByteTokenizer()
-    cfg = CollateConfig(policy=FixedPolicy(SIZE, 14), image_token_id=tok.special.image,
-                        pad_token_id=tok.special.pad, max_tokens=4096)
+    cfg = CollateConfig(policy=FixedPolicy(SIZE, 14), image_token_id=TOK.special.image,
+                        pad_token_id=TOK.special.pad, max_tokens=4096)
     rows = np.asarray([5, 0, 11, 3, 7])
     whole_stats, record_stats = StatsDelta(), StatsDelta()
     whole = read_memmap_pack({0: MemmapReader(shard.read_sample, shard, None)}, np.zeros(len(rows), np.int64), rows,

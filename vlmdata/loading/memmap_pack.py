@@ -11,7 +11,8 @@ dozen Python objects per sample. `read_memmap_pack` does the same work per pack:
   path counts them; samples of an unreadable shard by its reason;
 - the kept samples' token ranges and image rows looked up in the shard's index columns (as lists: a
   pack reads a few rows of each shard), the tokens concatenated once; the layout of
-  `pack_build.layout_pack` (the same fields, value for value);
+  `pack_build.layout_pack`, or of `pack_build.truncated_pack` when a sample is to be truncated (the
+  same fields, value for value, as the per-sample path);
 - the pixels: each run of consecutive image rows of a shard copied with one `pread` from the shard's
   file straight into the pack's `pixel_values` (`MappedShard.read_into`: the kernel copies from the
   page cache, no page of the map is touched, so the worker's memory does not grow by the shards it
@@ -20,8 +21,8 @@ dozen Python objects per sample. `read_memmap_pack` does the same work per pack:
 
 A pack it cannot take returns None and goes the per-sample way (the caller's fallback), which then
 skips and counts what it must: a pack mode other than "pack", a pixel layout other than the fixed one,
-a shard that is not memmap, a sample to truncate or whose placeholders do not match its images, an
-index whose image columns disagree, a shard rewritten in place (the per-sample path skips its samples
+a shard that is not memmap, a sample whose placeholders do not match its images, an index whose image
+columns disagree, a shard rewritten in place (the per-sample path skips its samples
 as shard_changed), an empty pack. Nothing is counted or logged for a pack that falls back.
 """
 from __future__ import annotations
@@ -40,7 +41,7 @@ from vlmdata.formats.index_checks import owner_tag
 from vlmdata.formats.memmap import MemmapShard
 from vlmdata.formats.sample import SampleRecord
 from vlmdata.loading.collate import CollateConfig, declare_fixed_pixels
-from vlmdata.loading.pack_build import PackTokens, layout_pack
+from vlmdata.loading.pack_build import PackTokens, layout_pack, truncated_pack
 from vlmdata.loading.shared_pack import PackedBatch, PackWriter
 from vlmdata.metrics.counts import StatsDelta
 
@@ -125,10 +126,18 @@ def fixed_pixels(cfg: CollateConfig) -> bool:
 
 
 class _ShardPixels:
-    """The pack's pixel_values, read run by run from the shards (runs: (reader, first row, count))."""
+    """The pixel_values of some of the pack's images (`images`: their places in the pack; `readers[i]`,
+    `rows[i]`: where image i is), read run by run of consecutive rows of one shard."""
 
-    def __init__(self, runs: list[list], n: int, size: int):
-        self.runs, self.n, self.size = runs, n, size
+    def __init__(self, readers: list[MemmapReader], rows: list[int], images, size: int):
+        self.size, self.n = size, len(images)
+        self.runs: list[list] = []                    # [reader, first row, count]
+        for i in images:
+            last = self.runs[-1] if self.runs else None
+            if last is not None and last[0] is readers[i] and last[1] + last[2] == rows[i]:
+                last[2] += 1
+            else:
+                self.runs.append([readers[i], rows[i], 1])
 
     def declare(self, out: PackWriter) -> None:
         declare_fixed_pixels(out, self.n, self.size)
@@ -167,11 +176,17 @@ def read_memmap_pack(readers: dict, shards: np.ndarray, rows: np.ndarray, gids: 
     if not kept:
         return None
     try:
-        t, runs = _gather(kept)
+        t, image_readers, image_rows = _gather(kept)
     except UnicodeDecodeError:                             # a key that is not UTF-8: the per-sample path counts it
         return None
+
+    def pixels_for(images) -> _ShardPixels:
+        return _ShardPixels(image_readers, image_rows, images, cfg.policy.size)
+
     local = StatsDelta()
-    batch = layout_pack(t, cfg, local, _ShardPixels(runs, len(t.widths), cfg.policy.size))
+    batch = layout_pack(t, cfg, local, pixels_for(range(len(image_rows))))
+    if batch is None:                                      # a sample to truncate: prepared one by one
+        batch = truncated_pack(t, cfg, local, pixels_for)
     if batch is None:
         return None
     for gid in mismatched:
@@ -184,10 +199,10 @@ def read_memmap_pack(readers: dict, shards: np.ndarray, rows: np.ndarray, gids: 
     return batch
 
 
-def _gather(kept: list[tuple]) -> tuple[PackTokens, list[list]]:
-    """The kept samples' PackTokens and the pack's runs of consecutive image rows (reader, first row, count)."""
+def _gather(kept: list[tuple]) -> tuple[PackTokens, list[MemmapReader], list[int]]:
+    """The kept samples' PackTokens, and the reader and image row of each of the pack's images."""
     ids, loss, keys, lens, counts = [], [], [], [], []
-    widths, heights, runs = [], [], []
+    widths, heights, image_readers, image_rows = [], [], [], []
     for reader, table, row in kept:
         o, n = table.tok_offset[row], table.tok_size[row]
         ids.append(reader.shard.ids[o:o + n])
@@ -198,13 +213,9 @@ def _gather(kept: list[tuple]) -> tuple[PackTokens, list[list]]:
         counts.append(c)
         widths += table.width[a:a + c]
         heights += table.height[a:a + c]
-        for r in table.img_offset[a:a + c]:
-            last = runs[-1] if runs else None
-            if last is not None and last[0] is reader and last[1] + last[2] == r:
-                last[2] += 1
-            else:
-                runs.append([reader, r, 1])
+        image_rows += table.img_offset[a:a + c]
+        image_readers += [reader] * c
     t = PackTokens(keys=keys, ids=np.concatenate(ids), loss=np.concatenate(loss), lens=np.asarray(lens, np.int64),
                    image_counts=np.asarray(counts, np.int64), widths=np.asarray(widths, np.int64),
                    heights=np.asarray(heights, np.int64), clip_counts=np.zeros(len(kept), np.int64))
-    return t, runs
+    return t, image_readers, image_rows

@@ -23,11 +23,10 @@ from vlmdata.errors import Skip
 from vlmdata.loading.collate import (
     IGNORE,
     CollateConfig,
+    DecodedPixels,
     PreparedSample,
     collate_bucket,
     collate_pack,
-    declare_images,
-    fill_images,
     placeholder_starts,
     prepare_sample,
     write_expansions,
@@ -36,7 +35,7 @@ from vlmdata.loading.shared_pack import PackedBatch, PackWriter
 from vlmdata.loading.video_pack import declare_videos, fill_videos, video_mask, video_repeats
 from vlmdata.metrics.counts import StatsDelta
 
-__all__ = ["DecodedPixels", "PackTokens", "build_pack", "layout_pack"]
+__all__ = ["PackTokens", "build_pack", "layout_pack", "truncated_pack"]
 
 log = logging.getLogger(__name__)
 
@@ -59,20 +58,6 @@ class PackTokens:
     widths: np.ndarray          # int64 [images] stored width of each image, in pack order
     heights: np.ndarray         # int64 [images]
     clip_counts: np.ndarray     # int64 [n] video clips per sample
-
-
-class DecodedPixels:
-    """The pixels of a pack whose images are arrays in hand (collate's declare_images / fill_images)."""
-
-    def __init__(self, parts: list[PreparedSample], cfg: CollateConfig):
-        self.parts, self.cfg = parts, cfg
-
-    def declare(self, out: PackWriter) -> None:
-        declare_images(out, self.parts, self.cfg)
-
-    def fill(self, arrays: dict) -> bool:
-        fill_images(arrays, self.parts, self.cfg)
-        return True
 
 
 def layout_pack(t: PackTokens, cfg: CollateConfig, stats: StatsDelta, pixels, clips: list = ()) -> PackedBatch | None:
@@ -123,6 +108,30 @@ def layout_pack(t: PackTokens, cfg: CollateConfig, stats: StatsDelta, pixels, cl
     stats.images += len(sizes)
     stats.real_tokens += total
     stats.packs += 1
+    return batch
+
+
+def truncated_pack(t: PackTokens, cfg: CollateConfig, stats: StatsDelta, pixels_for) -> PackedBatch | None:
+    """The pack of `t` sample by sample (`prepare_sample`: truncation at max_tokens), its pixels written by
+    `pixels_for(images)` (the pack's images kept, as their places in `t`): what the per-sample path makes of
+    the same samples. None when a sample's placeholders do not match its images or the pixels cannot be
+    trusted (the per-sample path then counts that sample); `stats` counts only a pack returned."""
+    tok_cu, img_cu = _cumsum0(t.lens).tolist(), _cumsum0(t.image_counts).tolist()
+    local, prepared = StatsDelta(), []
+    for k, key in enumerate(t.keys):
+        a, b = tok_cu[k], tok_cu[k + 1]
+        tokens = np.stack([t.ids[a:b], t.loss[a:b]]).astype(np.int32, copy=False)
+        images = list(range(img_cu[k], img_cu[k + 1]))
+        sizes = list(zip(t.widths[images].tolist(), t.heights[images].tolist()))
+        try:
+            sample, truncated = prepare_sample(key, tokens, images, sizes, cfg)
+        except ValueError:
+            return None
+        local.truncated += int(truncated)
+        prepared.append(sample)
+    batch = collate_pack(prepared, cfg, local, pixels_for([i for s in prepared for i in s.images]))
+    if batch is not None:
+        stats.merge(local)
     return batch
 
 
