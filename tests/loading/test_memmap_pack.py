@@ -214,3 +214,31 @@ def test_pack_read_from_a_shard_in_memory_equals_its_records(tmp_path):
     assert whole is not None and whole["pixel_values"].shape[0] == sum(len(r.images) for r in records) > 0
     assert_identical([whole], [want])
     assert whole_stats.to_dict() == record_stats.to_dict()
+
+
+class _Rewritten:
+    """Stands for the MappedShard of a file rewritten in place (`changed()` is what the reader asks)."""
+
+    def changed(self) -> bool:
+        return True
+
+
+def test_a_pack_of_text_only_samples_from_a_rewritten_shard_is_not_read_whole(tmp_path):
+    """Tokens come from the shard too: the rewrite check covers a pack without images."""
+    root = str(tmp_path / "mm")
+    samples = make_samples(6, seed=10, max_images=0)
+    m = write_dataset(root, samples, shard_size=6, kind="memmap", image_size=SIZE)
+    info = m.shards[0]
+    shard = MemmapShard.from_buffer(open(os.path.join(root, info.name), "rb").read(),
+                                    SampleIndex.load(os.path.join(root, info.index)))
+    cfg = CollateConfig(policy=FixedPolicy(SIZE, 14), image_token_id=TOK.special.image,
+                        pad_token_id=TOK.special.pad, max_tokens=4096)
+    rows = np.arange(6)
+
+    def read(mapped):
+        return read_memmap_pack({0: MemmapReader(shard.read_sample, shard, mapped)}, np.zeros(6, np.int64), rows,
+                                rows, cfg, StatsDelta())
+
+    whole = read(None)
+    assert whole is not None and whole["pixel_values"].shape[0] == 0 and len(whole["sample_keys"]) == 6
+    assert read(_Rewritten()) is None

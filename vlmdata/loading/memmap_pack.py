@@ -127,10 +127,11 @@ def fixed_pixels(cfg: CollateConfig) -> bool:
 
 class _ShardPixels:
     """The pixel_values of some of the pack's images (`images`: their places in the pack; `readers[i]`,
-    `rows[i]`: where image i is), read run by run of consecutive rows of one shard."""
+    `rows[i]`: where image i is), read run by run of consecutive rows of one shard; then the in-place
+    rewrite check of every shard in `sources` (all the pack's samples were read from, images or not)."""
 
-    def __init__(self, readers: list[MemmapReader], rows: list[int], images, size: int):
-        self.size, self.n = size, len(images)
+    def __init__(self, readers: list[MemmapReader], rows: list[int], images, size: int, sources: list[MemmapReader]):
+        self.size, self.n, self.sources = size, len(images), sources
         self.runs: list[list] = []                    # [reader, first row, count]
         for i in images:
             last = self.runs[-1] if self.runs else None
@@ -148,8 +149,7 @@ class _ShardPixels:
             if not reader.copy_rows(pixels[at:at + count], first):
                 return False
             at += count
-        readers = {id(r): r for r, _, _ in self.runs}.values()
-        return not any(r.changed() for r in readers)        # after the copies: were they the checked bytes?
+        return not any(r.changed() for r in self.sources)    # after the copies: were they the checked bytes?
 
 
 def read_memmap_pack(readers: dict, shards: np.ndarray, rows: np.ndarray, gids: np.ndarray, cfg: CollateConfig,
@@ -180,8 +180,10 @@ def read_memmap_pack(readers: dict, shards: np.ndarray, rows: np.ndarray, gids: 
     except UnicodeDecodeError:                             # a key that is not UTF-8: the per-sample path counts it
         return None
 
+    sources = list({id(r): r for r, _, _ in kept}.values())
+
     def pixels_for(images) -> _ShardPixels:
-        return _ShardPixels(image_readers, image_rows, images, cfg.policy.size)
+        return _ShardPixels(image_readers, image_rows, images, cfg.policy.size, sources)
 
     local = StatsDelta()
     batch = layout_pack(t, cfg, local, pixels_for(range(len(image_rows))))
