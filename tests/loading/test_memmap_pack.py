@@ -195,22 +195,28 @@ def test_shard_rewritten_in_place_mid_epoch_never_delivers_another_samples_pixel
     assert pack_reads["fallback"] > 0                        # the rewritten shards' packs went the per-sample way
 
 
+CFG = CollateConfig(policy=FixedPolicy(SIZE, 14), image_token_id=TOK.special.image, pad_token_id=TOK.special.pad,
+                    max_tokens=4096)
+
+
+def shard_in_memory(tmp_path, samples) -> MemmapShard:
+    """The samples as one memmap shard, read whole into memory (as a cache's buffer holds it)."""
+    root = str(tmp_path / "mm")
+    info = write_dataset(root, samples, shard_size=len(samples), kind="memmap", image_size=SIZE).shards[0]
+    with open(os.path.join(root, info.name), "rb") as f:
+        data = f.read()
+    return MemmapShard.from_buffer(data, SampleIndex.load(os.path.join(root, info.index)))
+
+
 def test_pack_read_from_a_shard_in_memory_equals_its_records(tmp_path):
     """A shard held as bytes (a cache's buffer, no file to pread): the pixels are copied from it."""
-    root = str(tmp_path / "mm")
-    samples = make_samples(12, seed=8)
-    m = write_dataset(root, samples, shard_size=12, kind="memmap", image_size=SIZE)
-    info = m.shards[0]
-    shard = MemmapShard.from_buffer(open(os.path.join(root, info.name), "rb").read(),
-                                    SampleIndex.load(os.path.join(root, info.index)))
-    cfg = CollateConfig(policy=FixedPolicy(SIZE, 14), image_token_id=TOK.special.image,
-                        pad_token_id=TOK.special.pad, max_tokens=4096)
+    shard = shard_in_memory(tmp_path, make_samples(12, seed=8))
     rows = np.asarray([5, 0, 11, 3, 7])
     whole_stats, record_stats = StatsDelta(), StatsDelta()
     whole = read_memmap_pack({0: MemmapReader(shard.read_sample, shard, None)}, np.zeros(len(rows), np.int64), rows,
-                             rows, cfg, whole_stats)
+                             rows, CFG, whole_stats)
     records = [shard.read_sample(int(r)) for r in rows]
-    want = build_pack(records, [r.images for r in records], cfg, record_stats)
+    want = build_pack(records, [r.images for r in records], CFG, record_stats)
     assert whole is not None and whole["pixel_values"].shape[0] == sum(len(r.images) for r in records) > 0
     assert_identical([whole], [want])
     assert whole_stats.to_dict() == record_stats.to_dict()
@@ -225,19 +231,12 @@ class _Rewritten:
 
 def test_a_pack_of_text_only_samples_from_a_rewritten_shard_is_not_read_whole(tmp_path):
     """Tokens come from the shard too: the rewrite check covers a pack without images."""
-    root = str(tmp_path / "mm")
-    samples = make_samples(6, seed=10, max_images=0)
-    m = write_dataset(root, samples, shard_size=6, kind="memmap", image_size=SIZE)
-    info = m.shards[0]
-    shard = MemmapShard.from_buffer(open(os.path.join(root, info.name), "rb").read(),
-                                    SampleIndex.load(os.path.join(root, info.index)))
-    cfg = CollateConfig(policy=FixedPolicy(SIZE, 14), image_token_id=TOK.special.image,
-                        pad_token_id=TOK.special.pad, max_tokens=4096)
+    shard = shard_in_memory(tmp_path, make_samples(6, seed=10, max_images=0))
     rows = np.arange(6)
 
     def read(mapped):
         return read_memmap_pack({0: MemmapReader(shard.read_sample, shard, mapped)}, np.zeros(6, np.int64), rows,
-                                rows, cfg, StatsDelta())
+                                rows, CFG, StatsDelta())
 
     whole = read(None)
     assert whole is not None and whole["pixel_values"].shape[0] == 0 and len(whole["sample_keys"]) == 6
