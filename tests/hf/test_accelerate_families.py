@@ -20,8 +20,7 @@ from tests.helpers.hf import (
 from tests.helpers.idefics3 import write_tiny_folder
 from tests.helpers.models import write_reference_rows
 from tests.helpers.train import make_dataset
-from vlmdata import ShardConfig, shard_dataset
-from vlmdata.formats.manifest import Manifest
+from vlmdata import Manifest, ShardConfig, shard_dataset
 
 BYTE_VOCAB, BYTE_IMAGE = 262, 258          # the learnable corpus's byte tokenizer (tests.helpers.train.make_dataset)
 
