@@ -127,7 +127,9 @@ def _merge(runs: list[tuple[_RunFile, _RunFile]], block: int) -> Iterator[tuple[
             for i in range(0, len(keys), block):
                 yield keys[i:i + block], vals[i:i + block]
         elif bound is not None:
-            yield from _copies_in_run_order(live, bound, heads, runs, pos, refill, take)
+            for k, v in _copies_in_run_order(live, bound, heads, runs, pos, refill, take):
+                for i in range(0, len(k), block):
+                    yield k[i:i + block], v[i:i + block]
 
 
 def _copies_in_run_order(live, bound, heads, runs, pos, refill, take):
