@@ -7,8 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from vlmdata.keyindex import KeySorter, argsort_keys, encode_locations
-from vlmdata.keyindex.buckets import KeyRanges
+from vlmdata.keyindex import KeyRanges, KeySorter, argsort_keys, encode_locations
 
 
 def awkward_keys(rng, n):
