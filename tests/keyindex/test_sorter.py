@@ -39,10 +39,7 @@ def test_runs_merge_in_key_order_with_equal_keys_in_arrival_order(run_keys):
     got_v = np.concatenate([b[1] for b in blocks])
     order = np.argsort(keys, kind="stable")
     assert got_k.tolist() == keys[order].tolist()
-    pairs = sorted(zip(got_k.tolist(), got_v.tolist()))          # the same (key, location) pairs ...
-    assert pairs == sorted(zip(keys.tolist(), vals.tolist()))
-    if run_keys > len(keys):                                      # ... and, in one run, locations in order
-        assert got_v.tolist() == vals[order].tolist()
+    assert got_v.tolist() == vals[order].tolist()                # equal keys in arrival order, in every path
 
 
 def test_mismatched_pairs_and_merge_errors_are_reported():
