@@ -1,0 +1,282 @@
+"""A structural check that proves the common JPEG and PNG without decoding them (`vlmdata shard --verify structure`).
+
+`clean_structure(data)` returns (Pillow format, (width, height)) when the file's
+structure is clean, and None for anything odd, which the caller then hands to the
+real decode (`probe.probe_decode`). It never refuses a file by itself.
+
+- JPEG: the marker segments are walked (SOI; APPn, COM, DQT, DHT, DRI lengths
+  inside the file; exactly one baseline, extended or progressive SOF with 8-bit
+  samples, 1, 3 or 4 components, sampling factors 1-4; every SOS naming frame
+  components whose quantisation and Huffman tables are defined). The
+  entropy-coded data after each SOS is checked with numpy: every 0xFF is
+  followed by 0x00 (stuffing), by RST0-7 in order (only with a restart interval),
+  or by the next marker. The walk must end at an EOI that is the last two bytes.
+  The APP segments Pillow's header parser reads must be long enough for it
+  (JFIF and Adobe 7 bytes, ICC 14); MPF and Photoshop segments, lossless,
+  arithmetic and hierarchical frames, DNL, fill bytes, a missing EOI and data
+  after it are all "odd".
+- PNG: the chunk walk checks every chunk's length and CRC32, IHDR first with a
+  valid depth/colour combination, PLTE before IDAT for palette images, at least
+  one IDAT and IEND as the last 12 bytes. Chunks Pillow inflates when opening
+  (iCCP, zTXt, iTXt) and unknown critical chunks are "odd".
+
+What this proves: a JPEG's or PNG's container is intact (no truncation, no
+garbage behind a valid header: random bytes hold an 0xFF followed by an invalid
+byte, or fail a CRC, within a few hundred bytes). What it does not prove: that
+the Huffman codes of a JPEG scan or the zlib stream of a PNG decode. A file with
+a clean structure and a wrong stream is kept and counted as `corrupt_image` at
+load time (Pillow decodes most such JPEGs to noise anyway).
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+
+__all__ = ["clean_structure", "jpeg_structure", "png_structure"]
+
+_JPEG_FRAMES = {0xC0: False, 0xC1: False, 0xC2: True}    # SOF marker -> progressive
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_PNG_DEPTHS = {0: {1, 2, 4, 8, 16}, 2: {8, 16}, 3: {1, 2, 4, 8}, 4: {8, 16}, 6: {8, 16}}   # colour type -> depths
+_PNG_KNOWN_CRITICAL = {b"IHDR", b"PLTE", b"IDAT", b"IEND"}
+_PNG_INFLATED_AT_OPEN = {b"iCCP", b"zTXt", b"iTXt"}
+
+
+def clean_structure(data) -> tuple[str, tuple[int, int]] | None:
+    """(Pillow format, stored (w, h)) when `data` is a structurally clean JPEG or PNG; else None."""
+    head = bytes(data[:8])
+    if head[:3] == b"\xff\xd8\xff":
+        size = jpeg_structure(data)
+        return None if size is None else ("JPEG", size)
+    if head == _PNG_SIGNATURE:
+        size = png_structure(data)
+        return None if size is None else ("PNG", size)
+    return None
+
+
+class _Odd(Exception):
+    """The structure is not the clean common case: the real decode decides."""
+
+
+class _JpegWalk:
+    """One walk over a JPEG's segments; `run()` returns (w, h) or raises _Odd."""
+
+    def __init__(self, data) -> None:
+        self.data = data
+        self.n = len(data)
+        self.qtables: set[int] = set()
+        self.dc: set[int] = set()
+        self.ac: set[int] = set()
+        self.restart = 0
+        self.frame: dict[int, int] | None = None      # component id -> quantisation table
+        self.progressive = False
+        self.size = (0, 0)
+        self.base = 0                                 # where the first scan's entropy-coded data starts
+        self.markers: np.ndarray | None = None        # from there: True at each 0xFF not followed by 0x00
+
+    def run(self) -> tuple[int, int]:
+        pos, scans = 2, 0
+        while True:
+            if pos + 2 > self.n or self.data[pos] != 0xFF:
+                raise _Odd
+            marker = self.data[pos + 1]
+            if marker == 0xD9:
+                if not scans or pos + 2 != self.n:
+                    raise _Odd
+                return self.size
+            if pos + 4 > self.n:
+                raise _Odd
+            end = pos + 2 + ((self.data[pos + 2] << 8) | self.data[pos + 3])
+            if end < pos + 4 or end > self.n:
+                raise _Odd
+            if 0xE0 <= marker <= 0xEF:   # only their first bytes matter (an EXIF segment may be 64 KB)
+                _check_app(marker, bytes(self.data[pos + 4:min(end, pos + 18)]), end - pos - 4)
+                pos = end
+                continue
+            segment = bytes(self.data[pos + 4:end])
+            if marker == 0xDA:
+                self._scan_header(segment)
+                pos = self._scan_end(end)
+                scans += 1
+                continue
+            self._segment(marker, segment)
+            pos = end
+
+    def _segment(self, marker: int, s: bytes) -> None:
+        if marker == 0xDB:
+            self._dqt(s)
+        elif marker == 0xC4:
+            self._dht(s)
+        elif marker == 0xDD:
+            if len(s) != 2:
+                raise _Odd
+            self.restart = (s[0] << 8) | s[1]
+        elif marker in _JPEG_FRAMES:
+            self._frame(marker, s)
+        elif marker != 0xFE:      # COM is fine; anything else (DNL, DAC, other SOFs, JPGn, ...) is odd
+            raise _Odd
+
+    def _dqt(self, s: bytes) -> None:
+        i = 0
+        while i < len(s):
+            precision, table = s[i] >> 4, s[i] & 15
+            if precision > 1 or table > 3:
+                raise _Odd
+            i += 1 + 64 * (precision + 1)
+            self.qtables.add(table)
+        if i != len(s):
+            raise _Odd
+
+    def _dht(self, s: bytes) -> None:
+        i = 0
+        while i < len(s):
+            if i + 17 > len(s):
+                raise _Odd
+            cls, table = s[i] >> 4, s[i] & 15
+            count = sum(s[i + 1:i + 17])
+            if cls > 1 or table > 3 or count > 256:
+                raise _Odd
+            (self.ac if cls else self.dc).add(table)
+            i += 17 + count
+        if i != len(s):
+            raise _Odd
+
+    def _frame(self, marker: int, s: bytes) -> None:
+        if self.frame is not None or len(s) < 6:
+            raise _Odd
+        bits, height, width, count = s[0], (s[1] << 8) | s[2], (s[3] << 8) | s[4], s[5]
+        if bits != 8 or not height or not width or count not in (1, 3, 4) or len(s) != 6 + 3 * count:
+            raise _Odd
+        frame = {}
+        for i in range(6, len(s), 3):
+            h, v = s[i + 1] >> 4, s[i + 1] & 15
+            if not (1 <= h <= 4 and 1 <= v <= 4) or s[i + 2] > 3 or s[i] in frame:
+                raise _Odd
+            frame[s[i]] = s[i + 2]
+        self.frame, self.progressive, self.size = frame, _JPEG_FRAMES[marker], (width, height)
+
+    def _scan_header(self, s: bytes) -> None:
+        if self.frame is None or not s or not 1 <= s[0] <= 4 or len(s) != 4 + 2 * s[0]:
+            raise _Odd
+        count = s[0]
+        ss, se, ah, al = s[-3], s[-2], s[-1] >> 4, s[-1] & 15
+        if self.progressive:
+            if ss > se or se > 63 or (ss == 0) != (se == 0) or (ss > 0 and count != 1) or ah > 13 or al > 13:
+                raise _Odd
+            needs_dc, needs_ac = ss == 0 and ah == 0, ss > 0
+        else:
+            if (ss, se, ah, al) != (0, 63, 0, 0):
+                raise _Odd
+            needs_dc = needs_ac = True
+        for i in range(1, 1 + 2 * count, 2):
+            component, dc, ac = s[i], s[i + 1] >> 4, s[i + 1] & 15
+            if component not in self.frame or self.frame[component] not in self.qtables:
+                raise _Odd
+            if (needs_dc and dc not in self.dc) or (needs_ac and ac not in self.ac):
+                raise _Odd
+
+    def _scan_end(self, start: int) -> int:
+        """Where the entropy-coded data starting at `start` ends (the next marker); _Odd on bad stuffing.
+
+        A marker is an 0xFF not followed by 0x00; inside a scan only RST0-7, in order and only with
+        a restart interval, may come before the marker that ends it.
+        """
+        if self.markers is None:
+            self.base, self.markers = start, _marker_mask(self.data, start)
+        mask, i, expected = self.markers, start - self.base, 0xD0
+        while True:
+            j = i + int(mask[i:].argmax())      # the first marker at or after i (argmax stops at it)
+            if j >= mask.size or not mask[j]:
+                raise _Odd                      # no marker ends the scan: no EOI
+            code = self.data[self.base + j + 1]
+            if not 0xD0 <= code <= 0xD7:
+                return self.base + j
+            if not self.restart or code != expected:
+                raise _Odd
+            expected = 0xD0 + (expected - 0xCF) % 8
+            i = j + 1
+
+
+class _Scratch:
+    """A boolean work array reused from file to file (a fresh array per file costs page faults, not compares)."""
+
+    def __init__(self) -> None:
+        self.arrays = (np.empty(0, np.bool_), np.empty(0, np.bool_))
+
+    def get(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.arrays[0].size < n:
+            self.arrays = (np.empty(max(n, 1 << 20), np.bool_), np.empty(max(n, 1 << 20), np.bool_))
+        return self.arrays[0][:n], self.arrays[1][:n]
+
+
+_SCRATCH = _Scratch()
+
+
+def _marker_mask(data, start: int) -> np.ndarray:
+    """mask[i] is True where data[start + i] == 0xFF and the next byte is not 0x00 (a marker, not stuffing).
+
+    The mask is a view of a reused scratch array: valid until the next call.
+    """
+    arr = np.frombuffer(data, np.uint8)
+    n = max(0, len(arr) - 1 - start)
+    is_ff, follows = _SCRATCH.get(n)
+    np.equal(arr[start:len(arr) - 1], 0xFF, out=is_ff)
+    np.not_equal(arr[start + 1:], 0, out=follows)
+    return np.logical_and(is_ff, follows, out=is_ff)
+
+
+def _check_app(marker: int, s: bytes, length: int) -> None:
+    """_Odd unless Pillow's header parser reads this APP segment (`s`: its first bytes) without failing."""
+    if marker == 0xE0 and s.startswith(b"JFIF") and length < 7:
+        raise _Odd
+    if marker == 0xEE and s.startswith(b"Adobe") and length < 7:
+        raise _Odd
+    if marker == 0xE2 and (s.startswith(b"MPF\0") or (s.startswith(b"ICC_PROFILE\0") and length < 14)):
+        raise _Odd
+    if marker == 0xED and s.startswith(b"Photoshop 3.0\0"):
+        raise _Odd
+
+
+def jpeg_structure(data) -> tuple[int, int] | None:
+    """(width, height) when the JPEG's segments and entropy-coded stuffing are clean (module docstring); else None."""
+    if len(data) < 4 or data[0] != 0xFF or data[1] != 0xD8:
+        return None
+    try:
+        return _JpegWalk(data).run()
+    except _Odd:
+        return None
+
+
+def png_structure(data) -> tuple[int, int] | None:
+    """(width, height) when every chunk of the PNG is whole with a good CRC32 (module docstring); else None."""
+    view = memoryview(data)
+    n, pos, size, seen = len(view), 8, None, set()
+    while pos + 12 <= n:
+        length, kind = struct.unpack(">I4s", view[pos:pos + 8])
+        end = pos + 12 + length
+        if end > n or zlib.crc32(view[pos + 4:end - 4]) != int.from_bytes(view[end - 4:end], "big"):
+            return None
+        if size is None:
+            size = _ihdr(kind, view[pos + 8:end - 4])
+            if size is None:
+                return None
+            color = view[pos + 17]
+        elif kind in _PNG_INFLATED_AT_OPEN or (kind not in _PNG_KNOWN_CRITICAL and kind[:1].isupper()):
+            return None
+        elif kind == b"IEND":
+            return size if end == n and b"IDAT" in seen else None
+        elif kind == b"IDAT" and color == 3 and b"PLTE" not in seen:
+            return None
+        seen.add(kind)
+        pos = end
+    return None
+
+
+def _ihdr(kind: bytes, body) -> tuple[int, int] | None:
+    if kind != b"IHDR" or len(body) != 13:
+        return None
+    width, height, depth, color, compression, filtering, interlace = struct.unpack(">IIBBBBB", body)
+    if not width or not height or depth not in _PNG_DEPTHS.get(color, ()) or compression or filtering:
+        return None
+    return (width, height) if interlace in (0, 1) else None
