@@ -30,6 +30,7 @@ load time (Pillow decodes most such JPEGs to noise anyway).
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 
 import numpy as np
@@ -186,8 +187,10 @@ class _JpegWalk:
             self.base, self.markers = start, _marker_mask(self.data, start)
         mask, i, expected = self.markers, start - self.base, 0xD0
         while True:
+            if i >= mask.size:
+                raise _Odd                      # the file ends inside the scan
             j = i + int(mask[i:].argmax())      # the first marker at or after i (argmax stops at it)
-            if j >= mask.size or not mask[j]:
+            if not mask[j]:
                 raise _Odd                      # no marker ends the scan: no EOI
             code = self.data[self.base + j + 1]
             if not 0xD0 <= code <= 0xD7:
@@ -198,8 +201,8 @@ class _JpegWalk:
             i = j + 1
 
 
-class _Scratch:
-    """A boolean work array reused from file to file (a fresh array per file costs page faults, not compares)."""
+class _Scratch(threading.local):
+    """Two boolean work arrays per thread, reused from file to file (a fresh array per file costs page faults)."""
 
     def __init__(self) -> None:
         self.arrays = (np.empty(0, np.bool_), np.empty(0, np.bool_))
@@ -216,7 +219,7 @@ _SCRATCH = _Scratch()
 def _marker_mask(data, start: int) -> np.ndarray:
     """mask[i] is True where data[start + i] == 0xFF and the next byte is not 0x00 (a marker, not stuffing).
 
-    The mask is a view of a reused scratch array: valid until the next call.
+    The mask is a view of this thread's scratch array: valid until its next call.
     """
     arr = np.frombuffer(data, np.uint8)
     n = max(0, len(arr) - 1 - start)
