@@ -77,31 +77,31 @@ class _JpegWalk:
         self.markers: np.ndarray | None = None        # from there: True at each 0xFF not followed by 0x00
 
     def run(self) -> tuple[int, int]:
+        data, n = self.data, self.n
         pos, scans = 2, 0
         while True:
-            if pos + 2 > self.n or self.data[pos] != 0xFF:
+            if pos + 2 > n or data[pos] != 0xFF:
                 raise _Odd
-            marker = self.data[pos + 1]
+            marker = data[pos + 1]
             if marker == 0xD9:
-                if not scans or pos + 2 != self.n:
+                if not scans or pos + 2 != n:
                     raise _Odd
                 return self.size
-            if pos + 4 > self.n:
+            if pos + 4 > n:
                 raise _Odd
-            end = pos + 2 + ((self.data[pos + 2] << 8) | self.data[pos + 3])
-            if end < pos + 4 or end > self.n:
+            end = pos + 2 + ((data[pos + 2] << 8) | data[pos + 3])
+            if end < pos + 4 or end > n:
                 raise _Odd
-            if 0xE0 <= marker <= 0xEF:   # only their first bytes matter (an EXIF segment may be 64 KB)
-                _check_app(marker, bytes(self.data[pos + 4:min(end, pos + 18)]), end - pos - 4)
-                pos = end
-                continue
-            segment = bytes(self.data[pos + 4:end])
-            if marker == 0xDA:
-                self._scan_header(segment)
-                pos = self._scan_end(end)
+            if marker >= 0xE0:           # APPn, COM, JPGn: only an APP segment's first bytes matter
+                if marker > 0xEF and marker != 0xFE:
+                    raise _Odd
+                _check_app(marker, data[pos + 4:min(end, pos + 18)], end - pos - 4)
+            elif marker == 0xDA:
+                self._scan_header(data[pos + 4:end])
+                end = self._scan_end(end)
                 scans += 1
-                continue
-            self._segment(marker, segment)
+            else:
+                self._segment(marker, data[pos + 4:end])
             pos = end
 
     def _segment(self, marker: int, s: bytes) -> None:
@@ -115,7 +115,7 @@ class _JpegWalk:
             self.restart = (s[0] << 8) | s[1]
         elif marker in _JPEG_FRAMES:
             self._frame(marker, s)
-        elif marker != 0xFE:      # COM is fine; anything else (DNL, DAC, other SOFs, JPGn, ...) is odd
+        else:                     # DNL, DAC, the other SOFs, ... are odd
             raise _Odd
 
     def _dqt(self, s: bytes) -> None:
@@ -246,7 +246,7 @@ def jpeg_structure(data) -> tuple[int, int] | None:
     if len(data) < 4 or data[0] != 0xFF or data[1] != 0xD8:
         return None
     try:
-        return _JpegWalk(data).run()
+        return _JpegWalk(bytes(data)).run()
     except _Odd:
         return None
 
