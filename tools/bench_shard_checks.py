@@ -132,6 +132,7 @@ def micro_costs(corpus: Path, limit: int = 600) -> dict[str, float]:
     import timeit
 
     from vlmdata.ingest import AccessPolicy, read_ref
+    from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, check_image
     from vlmdata.orientation import read_orientation
 
     rows = [json.loads(line) for line in open(corpus / "data.jsonl")][:limit]
@@ -152,8 +153,16 @@ def micro_costs(corpus: Path, limit: int = 600) -> dict[str, float]:
         for d in datas:
             read_orientation(d)
 
+    def header() -> None:       # --verify none
+        for d in datas:
+            check_image(d, DEFAULT_MAX_PIXELS, "none")
+
+    def structure() -> None:    # the default
+        for d in datas:
+            check_image(d, DEFAULT_MAX_PIXELS, "structure")
+
     best = {fn.__name__: min(timeit.repeat(fn, number=1, repeat=5)) / len(refs) * 1e6
-            for fn in (plain, checked, orientation)}
+            for fn in (plain, checked, orientation, header, structure)}
     return {"images_per_row": len(refs) / len(rows), **best}
 
 
@@ -244,6 +253,11 @@ def main() -> int:
     micro = micro_costs(corpus)
     added = (micro["checked"] - micro["plain"] + micro["orientation"]) * micro["images_per_row"]
     per_row = job_med["checks"] / total * 1e6
+    none_row = job_med["none"] / total * 1e6
+    gate = (micro["structure"] - micro["header"]) * micro["images_per_row"]
+    lines.append(f"in isolation: the default image check {micro['structure']:.1f} us vs --verify none's "
+                 f"{micro['header']:.1f} us per image: {gate:.1f} us per row added to --verify none's "
+                 f"{none_row:.0f} us of CPU per row = {gate / none_row * 100:.1f} %")
     lines.append(f"in isolation: a policy-checked bounded read {micro['checked']:.1f} us vs a plain open/read "
                  f"{micro['plain']:.1f} us per image, EXIF orientation {micro['orientation']:.1f} us per image; "
                  f"{micro['images_per_row']:.2f} images per row: {added:.1f} us per row added to "
