@@ -123,13 +123,19 @@ def test_odd_structures_go_to_the_decode():
     swapped[first + 1], swapped[second + 1] = 0xD1, 0xD0          # RST markers out of order
     png = base["png"]
     bad_crc = png[:-5] + bytes([png[-5] ^ 1]) + png[-4:]         # IEND's CRC
-    iend = png.index(b"IEND") - 4
-    text = b"zTXtk\x00\x00" + zlib.compress(b"v")
-    ztxt = png[:iend] + len(text[4:]).to_bytes(4, "big") + text + zlib.crc32(text).to_bytes(4, "big") + png[iend:]
-    for odd in (bytes(swapped), restarts + b"trailer", restarts[:-2], bad_crc, ztxt, png + b"x"):
+    ztxt = with_chunk(png, b"zTXt", b"k\x00\x00" + zlib.compress(b"v"))   # Pillow inflates it when opening
+    bad_name = with_chunk(png, b"a b!", b"x")                     # not a chunk name: Pillow refuses the file
+    for odd in (bytes(swapped), restarts + b"trailer", restarts[:-2], bad_crc, ztxt, bad_name, png + b"x"):
         assert clean_structure(odd) is None
         assert kept(odd) == pillow_decodes(odd)
     assert pillow_decodes(ztxt) and kept(ztxt)
+    assert not pillow_decodes(bad_name) and not kept(bad_name)
+
+
+def with_chunk(png: bytes, kind: bytes, body: bytes) -> bytes:
+    """`png` with a chunk (good CRC) inserted after IHDR, where Pillow's open reads it."""
+    chunk = len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big")
+    return png[:33] + chunk + png[33:]
 
 
 def test_default_shard_keeps_what_pillow_decodes_and_loses_nothing(tmp_path):

@@ -18,11 +18,12 @@ real decode (`probe.probe_decode`). It never refuses a file by itself.
 - PNG: the chunk walk checks every chunk's length and CRC32, IHDR first with a
   valid depth/colour combination, PLTE before IDAT for palette images, at least
   one IDAT and IEND as the last 12 bytes. Chunks Pillow inflates when opening
-  (iCCP, zTXt, iTXt) and unknown critical chunks are "odd".
+  (iCCP, zTXt, iTXt), unknown critical chunks and chunk names that are not
+  four letters (Pillow refuses those) are "odd".
 
 What this proves: a JPEG's or PNG's container is intact (no truncation, no
 garbage behind a valid header: random bytes hold an 0xFF followed by an invalid
-byte, or fail a CRC, within a few hundred bytes). What it does not prove: that
+byte, or fail a CRC). What it does not prove: that
 the Huffman codes of a JPEG scan or the zlib stream of a PNG decode. A file with
 a clean structure and a wrong stream is kept and counted as `corrupt_image` at
 load time (Pillow decodes most such JPEGs to noise anyway).
@@ -265,7 +266,8 @@ def png_structure(data) -> tuple[int, int] | None:
             if size is None:
                 return None
             color = view[pos + 17]
-        elif kind in _PNG_INFLATED_AT_OPEN or (kind not in _PNG_KNOWN_CRITICAL and kind[:1].isupper()):
+        elif kind in _PNG_INFLATED_AT_OPEN or not kind.isalpha() or (kind[:1].isupper()
+                                                                     and kind not in _PNG_KNOWN_CRITICAL):
             return None
         elif kind == b"IEND":
             return size if end == n and b"IDAT" in seen else None
