@@ -19,14 +19,16 @@ from PIL import Image
 from tests.helpers.image_zoo import zoo
 from tests.helpers.shards import shard
 from tests.ingest.test_shard_gate import corpus, picture, pillow_decodes
-from vlmdata.decode.structure import clean_structure
+from vlmdata.decode import clean_structure
 from vlmdata.errors import ConfigError, ImageProblem
-from vlmdata.ingest.images import DEFAULT_MAX_PIXELS, check_image
+from vlmdata.ingest import ImageOptions, check_image
+
+MAX_PIXELS = ImageOptions().max_pixels    # the default limit
 
 
 def kept(data: bytes, verify: str = "structure") -> bool:
     try:
-        check_image(data, DEFAULT_MAX_PIXELS, verify)
+        check_image(data, MAX_PIXELS, verify)
     except ImageProblem:
         return False
     return True
