@@ -6,8 +6,10 @@ real decode (`probe.probe_decode`). It never refuses a file by itself.
 
 - JPEG: the marker segments are walked (SOI; APPn, COM, DQT, DHT, DRI lengths
   inside the file; exactly one baseline, extended or progressive SOF with 8-bit
-  samples, 1, 3 or 4 components, sampling factors 1-4; every SOS naming frame
-  components whose quantisation and Huffman tables are defined). The
+  samples, 1, 3 or 4 components, sampling factors 1-4 in integral ratios;
+  Huffman tables whose code counts fit the code space, DC symbols at most 15;
+  every SOS naming frame components whose quantisation and Huffman tables are
+  defined, at most 10 blocks per MCU: what libjpeg refuses as an error). The
   entropy-coded data after each SOS is checked with numpy: every 0xFF is
   followed by 0x00 (stuffing), by RST0-7 in order (only with a restart interval),
   or by the next marker. The walk must end at an EOI that is the last two bytes.
@@ -30,6 +32,7 @@ load time (Pillow decodes most such JPEGs to noise anyway).
 """
 from __future__ import annotations
 
+import functools
 import struct
 import threading
 import zlib
@@ -72,6 +75,7 @@ class _JpegWalk:
         self.ac: set[int] = set()
         self.restart = 0
         self.frame: dict[int, int] | None = None      # component id -> quantisation table
+        self.blocks: dict[int, tuple[int, int]] = {}  # component id -> sampling factors (h, v)
         self.progressive = False
         self.size = (0, 0)
         self.base = 0                                 # where the first scan's entropy-coded data starts
@@ -120,29 +124,17 @@ class _JpegWalk:
             raise _Odd
 
     def _dqt(self, s: bytes) -> None:
-        i = 0
-        while i < len(s):
-            precision, table = s[i] >> 4, s[i] & 15
-            if precision > 1 or table > 3:
-                raise _Odd
-            i += 1 + 64 * (precision + 1)
-            self.qtables.add(table)
-        if i != len(s):
+        tables = _dqt_tables(s)
+        if tables is None:
             raise _Odd
+        self.qtables |= tables
 
     def _dht(self, s: bytes) -> None:
-        i = 0
-        while i < len(s):
-            if i + 17 > len(s):
-                raise _Odd
-            cls, table = s[i] >> 4, s[i] & 15
-            count = sum(s[i + 1:i + 17])
-            if cls > 1 or table > 3 or count > 256:
-                raise _Odd
-            (self.ac if cls else self.dc).add(table)
-            i += 17 + count
-        if i != len(s):
+        tables = _dht_tables(s)
+        if tables is None:
             raise _Odd
+        self.dc |= tables[0]
+        self.ac |= tables[1]
 
     def _frame(self, marker: int, s: bytes) -> None:
         if self.frame is not None or len(s) < 6:
@@ -150,13 +142,17 @@ class _JpegWalk:
         bits, height, width, count = s[0], (s[1] << 8) | s[2], (s[3] << 8) | s[4], s[5]
         if bits != 8 or not height or not width or count not in (1, 3, 4) or len(s) != 6 + 3 * count:
             raise _Odd
-        frame = {}
+        frame, blocks = {}, {}
         for i in range(6, len(s), 3):
             h, v = s[i + 1] >> 4, s[i + 1] & 15
             if not (1 <= h <= 4 and 1 <= v <= 4) or s[i + 2] > 3 or s[i] in frame:
                 raise _Odd
-            frame[s[i]] = s[i + 2]
-        self.frame, self.progressive, self.size = frame, _JPEG_FRAMES[marker], (width, height)
+            frame[s[i]], blocks[s[i]] = s[i + 2], (h, v)
+        max_h, max_v = max(h for h, _ in blocks.values()), max(v for _, v in blocks.values())
+        if any(max_h % h or max_v % v for h, v in blocks.values()):
+            raise _Odd                           # fractional sampling: libjpeg does not implement it
+        self.frame, self.blocks = frame, blocks
+        self.progressive, self.size = _JPEG_FRAMES[marker], (width, height)
 
     def _scan_header(self, s: bytes) -> None:
         if self.frame is None or not s or not 1 <= s[0] <= 4 or len(s) != 4 + 2 * s[0]:
@@ -171,12 +167,16 @@ class _JpegWalk:
             if (ss, se, ah, al) != (0, 63, 0, 0):
                 raise _Odd
             needs_dc = needs_ac = True
+        mcu_blocks = 0
         for i in range(1, 1 + 2 * count, 2):
             component, dc, ac = s[i], s[i + 1] >> 4, s[i + 1] & 15
             if component not in self.frame or self.frame[component] not in self.qtables:
                 raise _Odd
             if (needs_dc and dc not in self.dc) or (needs_ac and ac not in self.ac):
                 raise _Odd
+            mcu_blocks += self.blocks[component][0] * self.blocks[component][1]
+        if count > 1 and mcu_blocks > 10:
+            raise _Odd                           # more blocks per MCU than libjpeg allows
 
     def _scan_end(self, start: int) -> int:
         """Where the entropy-coded data starting at `start` ends (the next marker); _Odd on bad stuffing.
@@ -228,6 +228,48 @@ def _marker_mask(data, start: int) -> np.ndarray:
     np.equal(arr[start:len(arr) - 1], 0xFF, out=is_ff)
     np.not_equal(arr[start + 1:], 0, out=follows)
     return np.logical_and(is_ff, follows, out=is_ff)
+
+
+@functools.lru_cache(maxsize=256)   # files from one encoder share their tables: each is parsed once
+def _dqt_tables(s: bytes) -> frozenset[int] | None:
+    """The quantisation table ids a DQT segment defines, or None if it is malformed."""
+    i, tables = 0, set()
+    while i < len(s):
+        precision, table = s[i] >> 4, s[i] & 15
+        if precision > 1 or table > 3:
+            return None
+        i += 1 + 64 * (precision + 1)
+        tables.add(table)
+    return frozenset(tables) if i == len(s) else None
+
+
+@functools.lru_cache(maxsize=256)
+def _dht_tables(s: bytes) -> tuple[frozenset[int], frozenset[int]] | None:
+    """(DC, AC) Huffman table ids a DHT segment defines, or None if one is malformed or libjpeg refuses it."""
+    i, tables = 0, (set(), set())
+    while i < len(s):
+        if i + 17 > len(s):
+            return None
+        cls, table, counts = s[i] >> 4, s[i] & 15, s[i + 1:i + 17]
+        count = sum(counts)
+        if cls > 1 or table > 3 or count > 256 or not _canonical(counts):
+            return None
+        if not cls and max(s[i + 17:i + 17 + count], default=0) > 15:
+            return None                          # a DC symbol is a bit count, at most 15 (libjpeg refuses more)
+        tables[cls].add(table)
+        i += 17 + count
+    return (frozenset(tables[0]), frozenset(tables[1])) if i == len(s) else None
+
+
+def _canonical(counts: bytes) -> bool:
+    """Whether Huffman code counts per length 1-16 fit the code space as libjpeg requires (no all-ones code)."""
+    code = 0
+    for length, n in enumerate(counts, 1):
+        code += n
+        if code >= 1 << length:
+            return False
+        code <<= 1
+    return True
 
 
 def _check_app(marker: int, s: bytes, length: int) -> None:
