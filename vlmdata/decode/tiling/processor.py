@@ -180,6 +180,12 @@ class ProcessorPolicy(TiledPolicy):
     def fill_pixel_fields(self, images: list[dict], arrays: dict) -> None:
         write_combined(images, {k: arrays[field_name(k)] for k in (images[0] if images else ())})
 
+    def pack_fields(self, images: list[dict]) -> dict[str, np.ndarray]:
+        """Pack field -> array of a pack's images (`pixels` outputs), as the collate step lays them out."""
+        arrays = {k: np.empty(shape, dtype) for k, (dtype, shape) in self.pixel_fields(images).items()}
+        self.fill_pixel_fields(images, arrays)
+        return arrays
+
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k not in _CACHES and k != "_processor"}
 
