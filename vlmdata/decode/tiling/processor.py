@@ -13,8 +13,9 @@ planner, the DataLoader workers) it loads that processor with transformers and a
   image of that size (its expansion depends on the size alone: the family checks that when it loads);
   an expansion whose length is not the planned count is a ConfigError, never a silent misalignment.
 - `pixels(image, resample)` — a dict: what the processor returns for that one RGB image (its
-  pixel_values and the keys beside it, e.g. image_sizes), as numpy arrays; it also records the
-  expansion of that image's size. `pixel_fields` / `fill_pixel_fields` put a pack's images into the
+  pixel_values and the keys beside it, e.g. image_sizes), as numpy arrays, by its image step alone; it
+  also records the expansion of that image's size (the image step's replacement text, tokenized once per
+  distinct text, where the processor's `__call__` is transformers' own; else the whole processor run). `pixel_fields` / `fill_pixel_fields` put a pack's images into the
   pack as the processor returns them for all of them at once: per key, concatenated along the first
   axis, zero-padded to the largest of the other axes (checked against the processor when the family loads).
   `pixel_values` keeps its name; the other keys become `processor_<key>` (`PROCESSOR_PREFIX`).
@@ -35,7 +36,23 @@ __all__ = ["COUNT_RULES", "POLICY", "PROCESSOR_PREFIX", "TEXT_KEYS", "ProcessorP
 COUNT_RULES = ("nmt", "key", "run")
 PROCESSOR_PREFIX = "processor_"
 TEXT_KEYS = ("input_ids", "attention_mask")     # what the tokenizer adds to a processor's output
-_CACHES = ("_expansions", "_counts", "_key_lengths", "_image_kwargs")
+_CACHES = ("_expansions", "_counts", "_key_lengths", "_image_kwargs", "_replacements")
+
+
+def _replaces_by_text(proc) -> bool:
+    """True when the processor's `__call__` is transformers' own: its ids are its text with each image token
+    replaced by the text its image step gives, tokenized."""
+    from transformers import ProcessorMixin
+
+    return type(proc).__call__ is ProcessorMixin.__call__
+
+
+def _converts_as_pil_backend(proc) -> bool:
+    """True when the image processor's RGB conversion is transformers' PIL backend's (no override)."""
+    from transformers.image_processing_backends import PilBackend
+
+    ip = proc.image_processor
+    return isinstance(ip, PilBackend) and type(ip).convert_to_rgb is PilBackend.convert_to_rgb
 
 
 def field_name(key: str) -> str:
@@ -157,21 +174,42 @@ class ProcessorPolicy(TiledPolicy):
 
     # ---- pixels ----------------------------------------------------------------------------------
     def pixels(self, image, resample: int) -> dict[str, np.ndarray]:
-        """The processor's outputs for one RGB image (its own resample filter: `resample` is not used); the
-        whole processor (text too) the first time a size is seen, its image step alone after that."""
+        """The processor's outputs for one RGB image (its own resample filter: `resample` is not used), by its
+        image step alone. The first time a size is seen, that size's expansion is recorded too: the tokens of
+        the replacement text the image step gives (tokenized once per distinct text) where the processor's
+        `__call__` is transformers' own (it tokenizes that text), else the whole processor's run."""
         key = self.layout_key(image.width, image.height)
-        if key not in self.__dict__.get("_expansions", {}):
+        proc = self.processor()
+        if key not in self.__dict__.get("_expansions", {}) and not _replaces_by_text(proc):
             ids, out = self.run(image)
             self._checked(key, ids)
             return out
-        proc = self.processor()
+        processed, replacements = proc._process_images([image], **self._kwargs_for(proc, image))
+        if key not in self.__dict__.get("_expansions", {}):
+            self._checked(key, self._replacement_ids(proc, replacements[0]))
+        return {k: np.asarray(v) for k, v in processed.items() if k not in proc.unused_input_names}
+
+    def _kwargs_for(self, proc, image) -> dict:
+        """The processor's own images_kwargs; for an RGB image without transparency and an image processor
+        converting as transformers' PIL backend does, its conversion to RGB (a copy, the same pixels) is skipped."""
         kwargs = self.__dict__.get("_image_kwargs")
         if kwargs is None:
             kwargs = proc._merge_kwargs(tokenizer_init_kwargs=proc.tokenizer.init_kwargs,
                                         return_tensors="np")["images_kwargs"]
             self.__dict__["_image_kwargs"] = kwargs
-        processed, _ = proc._process_images([image], **kwargs)
-        return {k: np.asarray(v) for k, v in processed.items() if k not in proc.unused_input_names}
+        if image.mode == "RGB" and image.info.get("transparency") is None and _converts_as_pil_backend(proc):
+            return {**kwargs, "do_convert_rgb": False}
+        return kwargs
+
+    def _replacement_ids(self, proc, text: str) -> np.ndarray:
+        """The ids the processor gives its image token replaced by `text` (cached per distinct text)."""
+        cache = self.__dict__.setdefault("_replacements", {})
+        ids = cache.get(text)
+        if ids is None:
+            kwargs = proc._merge_kwargs(tokenizer_init_kwargs=proc.tokenizer.init_kwargs, add_special_tokens=False,
+                                        return_tensors="np")["text_kwargs"]
+            ids = cache[text] = np.asarray(proc.tokenizer([text], **kwargs)["input_ids"][0], np.int64)
+        return ids
 
     def pixel_fields(self, images: list[dict]) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
         """Pack field -> (dtype, shape) of a pack's images (see the module docstring)."""
