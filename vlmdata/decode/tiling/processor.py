@@ -28,6 +28,7 @@ import numpy as np
 from PIL import Image
 
 from vlmdata.decode.tiled import TiledPolicy
+from vlmdata.decode.tiling.processor_scale import STOP_BEFORE_SCALE, apply_table, table_for
 from vlmdata.errors import ConfigError
 
 __all__ = ["COUNT_RULES", "POLICY", "PROCESSOR_PREFIX", "TEXT_KEYS", "ProcessorPolicy", "combined", "field_name",
@@ -177,28 +178,35 @@ class ProcessorPolicy(TiledPolicy):
         """The processor's outputs for one RGB image (its own resample filter: `resample` is not used), by its
         image step alone. The first time a size is seen, that size's expansion is recorded too: the tokens of
         the replacement text the image step gives (tokenized once per distinct text) where the processor's
-        `__call__` is transformers' own (it tokenizes that text), else the whole processor's run."""
+        `__call__` is transformers' own (it tokenizes that text), else the whole processor's run. The image
+        processor's rescale and normalisation are one lookup table where `processor_scale` has checked that
+        this gives its pixel_values bit for bit; its conversion to RGB is skipped for an RGB image."""
         key = self.layout_key(image.width, image.height)
         proc = self.processor()
         if key not in self.__dict__.get("_expansions", {}) and not _replaces_by_text(proc):
             ids, out = self.run(image)
             self._checked(key, ids)
             return out
-        processed, replacements = proc._process_images([image], **self._kwargs_for(proc, image))
+        table = table_for(self)
+        kwargs = {**self.image_kwargs(), **(STOP_BEFORE_SCALE if table is not None else {})}
+        if image.mode == "RGB" and image.info.get("transparency") is None and _converts_as_pil_backend(proc):
+            kwargs["do_convert_rgb"] = False          # already RGB: its conversion would copy the same pixels
+        processed, replacements = proc._process_images([image], **kwargs)
         if key not in self.__dict__.get("_expansions", {}):
             self._checked(key, self._replacement_ids(proc, replacements[0]))
-        return {k: np.asarray(v) for k, v in processed.items() if k not in proc.unused_input_names}
+        out = {k: np.asarray(v) for k, v in processed.items() if k not in proc.unused_input_names}
+        if table is not None:
+            out["pixel_values"] = apply_table(out["pixel_values"], table)
+        return out
 
-    def _kwargs_for(self, proc, image) -> dict:
-        """The processor's own images_kwargs; for an RGB image without transparency and an image processor
-        converting as transformers' PIL backend does, its conversion to RGB (a copy, the same pixels) is skipped."""
+    def image_kwargs(self) -> dict:
+        """The images_kwargs the processor passes its image processor (its own defaults, numpy arrays)."""
         kwargs = self.__dict__.get("_image_kwargs")
         if kwargs is None:
+            proc = self.processor()
             kwargs = proc._merge_kwargs(tokenizer_init_kwargs=proc.tokenizer.init_kwargs,
                                         return_tensors="np")["images_kwargs"]
             self.__dict__["_image_kwargs"] = kwargs
-        if image.mode == "RGB" and image.info.get("transparency") is None and _converts_as_pil_backend(proc):
-            return {**kwargs, "do_convert_rgb": False}
         return kwargs
 
     def _replacement_ids(self, proc, text: str) -> np.ndarray:
