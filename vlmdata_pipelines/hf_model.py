@@ -30,7 +30,6 @@ from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from torch import nn
 
 from vlmdata.formats import Manifest
@@ -43,7 +42,6 @@ from vlmdata.hf import (
     take_meta,
     text_attention,
 )
-from vlmdata.text.families.generic_checks import PROBE_SIZES
 from vlmdata_pipelines.data import DataOptions
 
 log = logging.getLogger(__name__)
@@ -206,12 +204,9 @@ class HFPackedModel(nn.Module):
 
 
 def _processor_probe_image(policy) -> tuple[torch.Tensor, dict]:
-    """The generic family's probe image: a black image of the smallest size the family checked when it loaded,
-    its expansion and its pack fields, both by the model's own processor."""
-    w, h = min(PROBE_SIZES, key=lambda size: size[0] * size[1])
-    fields = policy.pack_fields([policy.pixels(Image.new("RGB", (w, h)), 3)])
-    run = torch.from_numpy(policy.expansion(w, h).copy())
-    return run, {k: torch.from_numpy(v) for k, v in fields.items()}
+    """The generic family's probe image, by the model's own processor: its expansion and pack fields."""
+    run, fields = policy.probe_image()
+    return torch.from_numpy(run.copy()), {k: torch.from_numpy(v) for k, v in fields.items()}
 
 
 def _image_side(spec) -> int:

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vlmdata.decode.tiling import processor_scale
-from vlmdata.decode.tiling.processor_scale import apply_table, scale_table, table_for
+import vlmdata.decode.tiling.processor_scale as processor_scale
 from vlmdata.testing import llava_next_folder
 from vlmdata.text.families import load_family
 
@@ -25,7 +24,7 @@ def test_the_table_is_transformers_rescale_and_normalize_bit_for_bit(factor, mea
     pixels = np.concatenate([pixels, pixels[..., ::-1, :]], axis=1)                             # 2 patches
     want = np.stack([normalize(rescale(p, factor), mean, std, input_data_format="channels_first")
                      for p in pixels.reshape(-1, 3, 16, 16)]).reshape(pixels.shape)
-    got = apply_table(pixels, scale_table(factor, mean, std))
+    got = processor_scale.apply_table(pixels, processor_scale.scale_table(factor, mean, std))
     assert got.dtype == np.float32 and got.shape == pixels.shape
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
@@ -44,7 +43,7 @@ def _equal_to_the_processor(policy) -> None:
 
 
 def test_a_plain_pil_image_processor_gets_the_table(policy):
-    assert table_for(policy) is not None
+    assert processor_scale.table_for(policy) is not None
     _equal_to_the_processor(policy)
 
 
@@ -53,12 +52,12 @@ def test_an_overridden_normalize_runs_the_processors_own_steps(policy, monkeypat
     shifted = lambda self, image, mean, std, **kw: super(ip, self).normalize(image, mean, std) + 1   # noqa: E731
     monkeypatch.setattr(ip, "normalize", shifted, raising=False)
     processor_scale._TABLES.clear()
-    assert table_for(policy) is None
+    assert processor_scale.table_for(policy) is None
     _equal_to_the_processor(policy)
 
 
 def test_a_table_that_does_not_give_the_processors_pixels_is_not_used(policy, monkeypatch):
     monkeypatch.setattr(processor_scale, "scale_table", lambda factor, mean, std: np.zeros((3, 256), np.float32))
     processor_scale._TABLES.clear()
-    assert table_for(policy) is None
+    assert processor_scale.table_for(policy) is None
     _equal_to_the_processor(policy)

@@ -31,10 +31,11 @@ from vlmdata.decode.tiled import TiledPolicy
 from vlmdata.decode.tiling.processor_scale import STOP_BEFORE_SCALE, apply_table, table_for
 from vlmdata.errors import ConfigError
 
-__all__ = ["COUNT_RULES", "POLICY", "PROCESSOR_PREFIX", "TEXT_KEYS", "ProcessorPolicy", "combined", "field_name",
+__all__ = ["COUNT_RULES", "POLICY", "PROBE_SIZES", "PROCESSOR_PREFIX", "TEXT_KEYS", "ProcessorPolicy", "combined", "field_name",
            "write_combined"]
 
 COUNT_RULES = ("nmt", "key", "run")
+PROBE_SIZES = ((640, 480), (100, 30), (57, 223), (333, 1000), (28, 28))   # checked by the generic family
 PROCESSOR_PREFIX = "processor_"
 TEXT_KEYS = ("input_ids", "attention_mask")     # what the tokenizer adds to a processor's output
 _CACHES = ("_expansions", "_counts", "_key_lengths", "_image_kwargs", "_replacements")
@@ -231,6 +232,12 @@ class ProcessorPolicy(TiledPolicy):
         arrays = {k: np.empty(shape, dtype) for k, (dtype, shape) in self.pixel_fields(images).items()}
         self.fill_pixel_fields(images, arrays)
         return arrays
+
+    def probe_image(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """(expansion ids, pack fields) of a black image of the smallest probe size (for a model's dry run)."""
+        w, h = min(PROBE_SIZES, key=lambda size: size[0] * size[1])
+        fields = self.pack_fields([self.pixels(Image.new("RGB", (w, h)), 3)])
+        return self.expansion(w, h), fields
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k not in _CACHES and k != "_processor"}

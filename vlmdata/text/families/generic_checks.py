@@ -21,14 +21,13 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from vlmdata.decode.tiling.processor import TEXT_KEYS, ProcessorPolicy, combined, write_combined
+from vlmdata.decode.tiling.processor import PROBE_SIZES, TEXT_KEYS, ProcessorPolicy, combined, write_combined
 from vlmdata.errors import ConfigError
 from vlmdata.text.conversation import Conversation
 
 __all__ = ["PROBE_SIZES", "check_batching", "check_tokenization", "choose_count_rule", "expand_placeholders",
            "probe_expansions"]
 
-PROBE_SIZES = ((640, 480), (100, 30), (57, 223), (333, 1000), (28, 28))
 
 
 def _noise(size: tuple[int, int], seed: int) -> Image.Image:
