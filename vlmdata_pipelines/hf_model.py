@@ -102,7 +102,7 @@ class HFPackedModel(nn.Module):
     def _inputs(self, batch: dict) -> dict:
         param = self.model.lm_head.weight
         pixels = batch.get("pixel_values")
-        if pixels is not None and pixels.is_floating_point() and not (
+        if pixels is not None and pixels.is_floating_point() and not self.adapter.processor_pixels and not (
                 _same(self.spec.image_mean, OPENAI_CLIP_MEAN) and _same(self.spec.image_std, OPENAI_CLIP_STD)):
             raise ValueError(f"the pack's pixels were normalised upstream with CLIP's mean/std (the GPU decode "
                              f"stage) but {self.spec.family} uses {self.spec.image_mean}/{self.spec.image_std}: "
@@ -115,7 +115,7 @@ class HFPackedModel(nn.Module):
         """0 x (vision features of a black one-token image): keeps the vision tower in the graph."""
         spec, dev = self.spec, like.device
         inner = self.model.model
-        if spec.policy is not None:                  # a tiled family: the probe's tiles, in the adapter's keys
+        if spec.policy is not None:       # a tiled or generic family: the probe's image, in the adapter's keys
             host = self.adapter(self._probe_pack())
             take_meta(host)
             inputs = self.adapter.finalize(host, device=dev, dtype=like.dtype)
@@ -126,10 +126,6 @@ class HFPackedModel(nn.Module):
             rows = torch.zeros(m * m, 3 * spec.patch_size ** 2, dtype=torch.uint8, device=dev)
             out = inner.get_image_features(self.adapter.normalise(rows, like.dtype),
                                            torch.tensor([[1, m, m]], device=dev))
-        elif spec.policy is not None:        # a tiled family: the probe image as its adapter gives it to the model
-            inputs = self._inputs(self._probe_pack())
-            named = inspect.signature(inner.get_image_features).parameters
-            out = inner.get_image_features(**{k: v for k, v in inputs.items() if k in named and k != "kwargs"})
         else:
             s = _image_side(spec)
             images = self.adapter.normalise(torch.zeros(1, 3, s, s, dtype=torch.uint8, device=dev), like.dtype)
@@ -178,9 +174,11 @@ class HFPackedModel(nn.Module):
         return unused
 
     def _probe_pack(self) -> dict:
-        """A one-sample pack with one smallest image and a few text tokens (for the dry run)."""
+        """A one-sample pack with one small image and a few text tokens (for the dry run)."""
         spec = self.spec
-        if spec.policy is not None:                  # a tiled family: one tile-sized image, its structured run
+        if spec.family == "generic":
+            run, images = _processor_probe_image(spec.image_policy())
+        elif spec.policy is not None:                # a tiled family: one tile-sized image, its structured run
             policy = spec.image_policy()
             side = policy.tile
             run = torch.from_numpy(policy.expansion(side, side).copy())
@@ -188,25 +186,11 @@ class HFPackedModel(nn.Module):
             images = {"pixel_values": torch.zeros(n, 3, side, side, dtype=torch.uint8),
                       "image_tiles": torch.tensor([n], dtype=torch.int32),
                       "image_sizes": torch.tensor([[side, side]], dtype=torch.int32)}
-            ids = torch.cat([torch.zeros(1, dtype=torch.int64), run, torch.zeros(3, dtype=torch.int64)])
-            labels = ids.clone()
-            labels[: 1 + len(run)] = IGNORE
-            total = len(ids)
-            return {"input_ids": ids, "labels": labels, "position_ids": torch.arange(total),
-                    "cu_seqlens": torch.tensor([0, total], dtype=torch.int32), "max_seqlen": total, **images}
-        if spec.is_qwen:
+        elif spec.is_qwen:
             m = spec.merge_size
             pixels = torch.zeros(m * m, 3 * spec.patch_size ** 2, dtype=torch.uint8)
             images = {"pixel_values": pixels, "image_grid": torch.tensor([[1, m, m]], dtype=torch.int32)}
             run = torch.full((1,), spec.image_token_id)
-        elif spec.policy is not None:                   # a tiled family: one tile-sized image, its own token run
-            s = _image_side(spec)
-            policy = spec.image_policy()
-            n_tiles = int(policy.tiles(s, s))
-            images = {"pixel_values": torch.zeros(n_tiles, 3, s, s, dtype=torch.uint8),
-                      "image_tiles": torch.tensor([n_tiles], dtype=torch.int32),
-                      "image_sizes": torch.tensor([[s, s]], dtype=torch.int32)}
-            run = torch.from_numpy(policy.expansion(s, s).copy())
         else:
             s = int(spec.image_size)
             images = {"pixel_values": torch.zeros(1, 3, s, s, dtype=torch.uint8)}
@@ -217,6 +201,12 @@ class HFPackedModel(nn.Module):
         total = len(ids)
         return {"input_ids": ids, "labels": labels, "position_ids": torch.arange(total),
                 "cu_seqlens": torch.tensor([0, total], dtype=torch.int32), "max_seqlen": total, **images}
+
+
+def _processor_probe_image(policy) -> tuple[torch.Tensor, dict]:
+    """The generic family's probe image, by the model's own processor: its expansion and pack fields."""
+    run, fields = policy.probe_image()
+    return torch.from_numpy(run.copy()), {k: torch.from_numpy(v) for k, v in fields.items()}
 
 
 def _image_side(spec) -> int:

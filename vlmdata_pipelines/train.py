@@ -158,10 +158,18 @@ def label_count(batch: dict) -> int:
 
 
 def image_count(batch: dict) -> int:
+    """Images in a pack: the loader's count (`stats`), else one per image in its tensors: a tiled family's
+    `image_tiles` entry, an [images, ...] pixel_values' first axis (LLaVA's [n, 3, S, S], the generic family's
+    LLaVA-NeXT [n, patches, 3, S, S]), a Qwen pack's grid row."""
+    stats = batch.get("stats")
+    if isinstance(stats, dict) and "images" in stats:
+        return int(stats["images"])
     pixels = batch.get("pixel_values")
     if pixels is None:
         return 0
-    return int(pixels.shape[0]) if pixels.dim() == 4 else int(image_grids(batch).shape[0])
+    if "image_tiles" in batch:
+        return len(batch["image_tiles"])
+    return int(pixels.shape[0]) if pixels.dim() >= 4 else int(image_grids(batch).shape[0])
 
 
 def sample_count(batch: dict) -> int:

@@ -4,6 +4,7 @@ run alone through the processor's own inputs (1e-5), and a moved boundary fails 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -12,21 +13,28 @@ from tests.helpers.hf import run_packed, tiny_model
 from tests.helpers.models import samples_of, write_reference_rows
 from tests.helpers.train import assert_grads_close
 from vlmdata import ShardConfig, VLMDataset, shard_dataset
-from vlmdata.hf import ModelSpec, block_causal_mask, flash_kwargs, make_adapter, take_meta
+from vlmdata.hf import ModelSpec, VLMTrainer, block_causal_mask, flash_kwargs, make_adapter, take_meta
 from vlmdata.testing import llava_next_folder
 
 TOL = 1e-5
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory):
-    from transformers import AutoProcessor
-
+def sharded(tmp_path_factory):
+    """(folder, dataset dir, per row (messages, images)) of the reference corpus sharded with a tiny LLaVA-NeXT."""
     folder = llava_next_folder(tmp_path_factory.mktemp("llava_next_tiny"), side=56)
     tmp = tmp_path_factory.mktemp("data")
     rows, expected = write_reference_rows(tmp / "raw")
     shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp / "ds"), tokenizer=str(folder), workers=0))
-    ds = VLMDataset(str(tmp / "ds"), max_tokens=1 << 16, rank=0, world_size=1)
+    return folder, str(tmp / "ds"), expected
+
+
+@pytest.fixture(scope="module")
+def packed(sharded):
+    from transformers import AutoProcessor
+
+    folder, ds_dir, expected = sharded
+    ds = VLMDataset(ds_dir, max_tokens=1 << 16, rank=0, world_size=1)
     spec = ModelSpec.from_folder(str(folder))
     assert spec.family == "generic" and spec.image_policy() == ModelSpec.from_dataset(ds).image_policy()
     pack = next(iter(ds))
@@ -83,3 +91,27 @@ def test_the_spec_travels_as_json(packed):
     _, spec, _, _, _ = packed
     back = ModelSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
     assert back.family == "generic" and back.image_policy() == spec.image_policy()
+
+
+@pytest.mark.slow
+def test_vlm_trainer_trains_every_sample_with_two_workers(sharded, tmp_path):
+    from transformers import TrainingArguments
+
+    folder, ds_dir, expected = sharded
+    spec = ModelSpec.from_folder(str(folder))
+    model = tiny_model(str(folder), attn="sdpa").train()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ds = VLMDataset(ds_dir, max_tokens=512, image_size=spec.image_policy(), rank=0, world_size=1)
+    keys: list[str] = []
+    args = TrainingArguments(output_dir=str(tmp_path), num_train_epochs=1, per_device_train_batch_size=1,
+                             learning_rate=1e-3, lr_scheduler_type="constant", logging_steps=1, save_strategy="no",
+                             report_to=[], use_cpu=True, dataloader_num_workers=2, disable_tqdm=True)
+    trainer = VLMTrainer(model=model, args=args, train_dataset=ds, spec=spec,
+                         on_pack=lambda meta: keys.extend(meta["sample_keys"]))
+    trainer.train()
+    assert sorted(k.rsplit("/", 1)[-1] for k in keys) == sorted(f"conv{n}" for n in range(len(expected)))
+    assert trainer.loader_stats.images == sum(len(images) for _, images in expected) > 0
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == trainer.state.global_step >= 3 and all(math.isfinite(x) for x in losses)
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])}
+    assert any("vision_tower" in n for n in changed) and any("language_model" in n for n in changed)

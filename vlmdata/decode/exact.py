@@ -19,7 +19,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import ExifTags, Image, ImageOps
 
 from vlmdata.decode.pillow import DEFAULT_MAX_PIXELS, PillowDecoder
 from vlmdata.errors import Skip
@@ -39,8 +39,12 @@ def check_pixels(pixels: str) -> str:
 
 def processor_rgb(img: Image.Image) -> Image.Image:
     """`img` as transformers' load_image + convert_to_rgb leave it: EXIF orientation applied, RGB, leftover
-    transparency (a palette's colour key) composited onto white."""
-    img = ImageOps.exif_transpose(img).convert("RGB")
+    transparency (a palette's colour key) composited onto white. An upright RGB image is returned itself, not a
+    copy: its pixels are those of the copies exif_transpose and convert would make."""
+    if img.getexif().get(ExifTags.Base.Orientation, 1) not in (None, 1):
+        img = ImageOps.exif_transpose(img)                    # else it copies the image unchanged
+    if img.mode != "RGB":
+        img = img.convert("RGB")                              # (an RGB image: a copy, the same pixels)
     if img.info.get("transparency") is not None:
         rgba = img.convert("RGBA")
         img = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB")

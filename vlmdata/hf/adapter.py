@@ -109,6 +109,7 @@ class HFBatchAdapter:
     """
 
     family: tuple[str, ...] = ()
+    processor_pixels = False      # True: packs hold the image processor's float pixels, normalised by it
 
     def __init__(self, spec: ModelSpec, attn_implementation: str = "sdpa"):
         if self.family and spec.family not in self.family:
@@ -356,6 +357,7 @@ class ProcessorAdapter(HFBatchAdapter):
     processor's names (e.g. `image_sizes`); 1-D positions restarting per sample."""
 
     family = ("generic",)
+    processor_pixels = True
 
     def images(self, pack: dict) -> dict:
         if "pixel_values" not in pack:

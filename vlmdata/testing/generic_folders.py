@@ -46,8 +46,9 @@ def _tiny_vision(side: int, patch: int) -> dict:
             "image_size": side, "patch_size": patch}
 
 
-def llava_next_folder(path: Path, side: int = 336, patch: int = 14) -> Path:
-    """A LLaVA-NeXT processor folder (see the module docstring)."""
+def llava_next_folder(path: Path, side: int = 336, patch: int = 14, **image_processor_args) -> Path:
+    """A LLaVA-NeXT processor folder (see the module docstring); `image_processor_args` go to its image processor
+    (e.g. image_mean / image_std)."""
     from transformers import (
         AutoTokenizer,
         CLIPVisionConfig,
@@ -63,7 +64,7 @@ def llava_next_folder(path: Path, side: int = 336, patch: int = 14) -> Path:
     pinpoints = [[side, 2 * side], [2 * side, side], [2 * side, 2 * side], [3 * side, side], [side, 3 * side]]
     tok = AutoTokenizer.from_pretrained(str(path))
     image_processor = LlavaNextImageProcessorPil(size={"shortest_edge": side}, crop_size={"height": side, "width": side},
-                                                 image_grid_pinpoints=pinpoints)
+                                                 image_grid_pinpoints=pinpoints, **image_processor_args)
     LlavaNextProcessor(image_processor=image_processor, tokenizer=tok, patch_size=patch,
                        vision_feature_select_strategy="default", num_additional_image_tokens=1,
                        chat_template=LLAVA_TEMPLATE).save_pretrained(str(path))

@@ -13,8 +13,9 @@ planner, the DataLoader workers) it loads that processor with transformers and a
   image of that size (its expansion depends on the size alone: the family checks that when it loads);
   an expansion whose length is not the planned count is a ConfigError, never a silent misalignment.
 - `pixels(image, resample)` — a dict: what the processor returns for that one RGB image (its
-  pixel_values and the keys beside it, e.g. image_sizes), as numpy arrays; it also records the
-  expansion of that image's size. `pixel_fields` / `fill_pixel_fields` put a pack's images into the
+  pixel_values and the keys beside it, e.g. image_sizes), as numpy arrays, by its image step alone; it
+  also records the expansion of that image's size (the image step's replacement text, tokenized once per
+  distinct text, where the processor's `__call__` is transformers' own; else the whole processor run). `pixel_fields` / `fill_pixel_fields` put a pack's images into the
   pack as the processor returns them for all of them at once: per key, concatenated along the first
   axis, zero-padded to the largest of the other axes (checked against the processor when the family loads).
   `pixel_values` keeps its name; the other keys become `processor_<key>` (`PROCESSOR_PREFIX`).
@@ -27,15 +28,33 @@ import numpy as np
 from PIL import Image
 
 from vlmdata.decode.tiled import TiledPolicy
+from vlmdata.decode.tiling.processor_scale import STOP_BEFORE_SCALE, apply_table, table_for
 from vlmdata.errors import ConfigError
 
-__all__ = ["COUNT_RULES", "POLICY", "PROCESSOR_PREFIX", "TEXT_KEYS", "ProcessorPolicy", "combined", "field_name",
+__all__ = ["COUNT_RULES", "POLICY", "PROBE_SIZES", "PROCESSOR_PREFIX", "TEXT_KEYS", "ProcessorPolicy", "combined", "field_name",
            "write_combined"]
 
 COUNT_RULES = ("nmt", "key", "run")
+PROBE_SIZES = ((640, 480), (100, 30), (57, 223), (333, 1000), (28, 28))   # checked by the generic family
 PROCESSOR_PREFIX = "processor_"
 TEXT_KEYS = ("input_ids", "attention_mask")     # what the tokenizer adds to a processor's output
-_CACHES = ("_expansions", "_counts", "_key_lengths", "_image_kwargs")
+_CACHES = ("_expansions", "_counts", "_key_lengths", "_image_kwargs", "_replacements")
+
+
+def _replaces_by_text(proc) -> bool:
+    """True when the processor's `__call__` is transformers' own: its ids are its text with each image token
+    replaced by the text its image step gives, tokenized."""
+    from transformers import ProcessorMixin
+
+    return type(proc).__call__ is ProcessorMixin.__call__
+
+
+def _converts_as_pil_backend(proc) -> bool:
+    """True when the image processor's RGB conversion is transformers' PIL backend's (no override)."""
+    from transformers.image_processing_backends import PilBackend
+
+    ip = proc.image_processor
+    return isinstance(ip, PilBackend) and type(ip).convert_to_rgb is PilBackend.convert_to_rgb
 
 
 def field_name(key: str) -> str:
@@ -157,21 +176,49 @@ class ProcessorPolicy(TiledPolicy):
 
     # ---- pixels ----------------------------------------------------------------------------------
     def pixels(self, image, resample: int) -> dict[str, np.ndarray]:
-        """The processor's outputs for one RGB image (its own resample filter: `resample` is not used); the
-        whole processor (text too) the first time a size is seen, its image step alone after that."""
+        """The processor's outputs for one RGB image (its own resample filter: `resample` is not used), by its
+        image step alone. The first time a size is seen, that size's expansion is recorded too: the tokens of
+        the replacement text the image step gives (tokenized once per distinct text) where the processor's
+        `__call__` is transformers' own (it tokenizes that text), else the whole processor's run. The image
+        processor's rescale and normalisation are one lookup table where `processor_scale` has checked that
+        this gives its pixel_values bit for bit; its conversion to RGB is skipped for an RGB image."""
         key = self.layout_key(image.width, image.height)
-        if key not in self.__dict__.get("_expansions", {}):
+        proc = self.processor()
+        if key not in self.__dict__.get("_expansions", {}) and not _replaces_by_text(proc):
             ids, out = self.run(image)
             self._checked(key, ids)
             return out
-        proc = self.processor()
+        table = table_for(self)
+        kwargs = {**self.image_kwargs(), **(STOP_BEFORE_SCALE if table is not None else {})}
+        if image.mode == "RGB" and image.info.get("transparency") is None and _converts_as_pil_backend(proc):
+            kwargs["do_convert_rgb"] = False          # already RGB: its conversion would copy the same pixels
+        processed, replacements = proc._process_images([image], **kwargs)
+        if key not in self.__dict__.get("_expansions", {}):
+            self._checked(key, self._replacement_ids(proc, replacements[0]))
+        out = {k: np.asarray(v) for k, v in processed.items() if k not in proc.unused_input_names}
+        if table is not None:
+            out["pixel_values"] = apply_table(out["pixel_values"], table)
+        return out
+
+    def image_kwargs(self) -> dict:
+        """The images_kwargs the processor passes its image processor (its own defaults, numpy arrays)."""
         kwargs = self.__dict__.get("_image_kwargs")
         if kwargs is None:
+            proc = self.processor()
             kwargs = proc._merge_kwargs(tokenizer_init_kwargs=proc.tokenizer.init_kwargs,
                                         return_tensors="np")["images_kwargs"]
             self.__dict__["_image_kwargs"] = kwargs
-        processed, _ = proc._process_images([image], **kwargs)
-        return {k: np.asarray(v) for k, v in processed.items() if k not in proc.unused_input_names}
+        return kwargs
+
+    def _replacement_ids(self, proc, text: str) -> np.ndarray:
+        """The ids the processor gives its image token replaced by `text` (cached per distinct text)."""
+        cache = self.__dict__.setdefault("_replacements", {})
+        ids = cache.get(text)
+        if ids is None:
+            kwargs = proc._merge_kwargs(tokenizer_init_kwargs=proc.tokenizer.init_kwargs, add_special_tokens=False,
+                                        return_tensors="np")["text_kwargs"]
+            ids = cache[text] = np.asarray(proc.tokenizer([text], **kwargs)["input_ids"][0], np.int64)
+        return ids
 
     def pixel_fields(self, images: list[dict]) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
         """Pack field -> (dtype, shape) of a pack's images (see the module docstring)."""
@@ -179,6 +226,18 @@ class ProcessorPolicy(TiledPolicy):
 
     def fill_pixel_fields(self, images: list[dict], arrays: dict) -> None:
         write_combined(images, {k: arrays[field_name(k)] for k in (images[0] if images else ())})
+
+    def pack_fields(self, images: list[dict]) -> dict[str, np.ndarray]:
+        """Pack field -> array of a pack's images (`pixels` outputs), as the collate step lays them out."""
+        arrays = {k: np.empty(shape, dtype) for k, (dtype, shape) in self.pixel_fields(images).items()}
+        self.fill_pixel_fields(images, arrays)
+        return arrays
+
+    def probe_image(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """(expansion ids, pack fields) of a black image of the smallest probe size (for a model's dry run)."""
+        w, h = min(PROBE_SIZES, key=lambda size: size[0] * size[1])
+        fields = self.pack_fields([self.pixels(Image.new("RGB", (w, h)), 3)])
+        return self.expansion(w, h), fields
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k not in _CACHES and k != "_processor"}

@@ -8,7 +8,9 @@ ConfigError saying which claim failed:
   stored sizes;
 - `choose_count_rule`: how the planner counts without running the processor (`decode.tiling.processor`);
 - `check_batching`: the processor's outputs for several images at once are its per-image outputs
-  concatenated and zero-padded (what the pack holds), and their expansions concatenated;
+  concatenated and zero-padded (what the pack holds), and their expansions concatenated; its image step
+  alone gives the whole processor's outputs, and the expansions the loader records from it (the
+  replacement text, tokenized) are the whole processor's;
 - `check_tokenization`: the processor's full tokenization of probe conversations (text touching the image
   marker on either side, several images, an image first) equals vlmdata's ids with each placeholder
   expanded: text the processor adds around the marker must not change how its neighbours tokenize; and
@@ -19,14 +21,13 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from vlmdata.decode.tiling.processor import TEXT_KEYS, ProcessorPolicy, combined, write_combined
+from vlmdata.decode.tiling.processor import PROBE_SIZES, TEXT_KEYS, ProcessorPolicy, combined, write_combined
 from vlmdata.errors import ConfigError
 from vlmdata.text.conversation import Conversation
 
 __all__ = ["PROBE_SIZES", "check_batching", "check_tokenization", "choose_count_rule", "expand_placeholders",
            "probe_expansions"]
 
-PROBE_SIZES = ((640, 480), (100, 30), (57, 223), (333, 1000), (28, 28))
 
 
 def _noise(size: tuple[int, int], seed: int) -> Image.Image:
@@ -78,11 +79,16 @@ def check_batching(policy: ProcessorPolicy, expansions: dict) -> None:
     out = proc(text=[proc.image_token * len(images)], images=images, add_special_tokens=False, return_tensors="np")
     singles = [policy.run(im)[1] for im in images]
     for im, single in zip(images, singles):
-        policy.pixels(im, 3)                                   # the first time: the whole processor
-        again = policy.pixels(im, 3)                           # then: its image step alone
-        if again.keys() != single.keys() or not all(np.array_equal(again[k], single[k]) for k in single):
-            raise ConfigError(f"{policy.folder}: the processor's image step alone does not give what the whole "
-                              "processor gives for the same image; the generic family cannot serve it")
+        for _ in range(2):                                     # a size not seen yet, then one seen
+            alone = policy.pixels(im, 3)
+            if alone.keys() != single.keys() or not all(np.array_equal(alone[k], single[k]) for k in single):
+                raise ConfigError(f"{policy.folder}: the processor's image step alone does not give what the "
+                                  "whole processor gives for the same image; the generic family cannot serve it")
+    for size, ids in expansions.items():
+        policy.pixels(Image.new("RGB", size), 3)               # records the size's expansion as the loader does
+        if not np.array_equal(policy.expansion(*size), ids):
+            raise ConfigError(f"{policy.folder}: the processor's ids for a {size[0]}x{size[1]} image are not the "
+                              "replacement text of its image step, tokenized; the generic family cannot serve it")
     layout = combined(singles)
     arrays = {k: np.empty(shape, dtype) for k, (dtype, shape) in layout.items()}
     write_combined(singles, arrays)
