@@ -147,3 +147,26 @@ def test_shard_rewritten_in_place_mid_epoch_never_delivers_another_samples_bytes
     assert wrong == []
     assert len(delivered) == len(set(delivered)) and len(delivered) + sum(skipped.values()) == len(samples)
     assert skipped["shard_changed"] > 0 and set(skipped) <= {"shard_changed", "corrupt_shard"}   # opened later: CRC
+
+
+@pytest.mark.parametrize("kind", ["webdataset", "memmap"])
+def test_shard_cut_short_in_place_mid_epoch_is_counted_not_a_signal(tmp_path, kind):
+    """Shards truncated to half their size while a DataLoader worker has them mapped: touching a mapped page past
+    the new end would kill the worker with SIGBUS. The reader checks the file before it copies a sample, so the
+    epoch ends, the samples concerned are counted (shard_changed, or corrupt_shard for shards opened later) and
+    nothing is lost or delivered twice."""
+    root = str(tmp_path / "ds")
+    samples = solid_ppm_samples(16)
+    m = write_dataset(root, samples, shard_size=4, kind=kind, image_size=28)
+    ds = VLMDataset(root, max_tokens=48, max_images=2, image_size=FixedPolicy(28, 14), rank=0, world_size=1,
+                    options=DatasetOptions(window_shards=2))
+    delivered, skipped = [], Counter()
+    for n, b in enumerate(make_loader(ds, num_workers=1)):
+        skipped.update(b["stats"]["skipped"])
+        delivered.extend(b["sample_keys"])
+        if n == 0:
+            for info in m.shards:
+                with open(os.path.join(root, info.name), "r+b") as f:
+                    f.truncate(info.bytes // 2)
+    assert len(delivered) == len(set(delivered)) and len(delivered) + sum(skipped.values()) == len(samples)
+    assert skipped["shard_changed"] > 0 and set(skipped) <= {"shard_changed", "corrupt_shard"}

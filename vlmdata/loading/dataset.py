@@ -621,6 +621,9 @@ class VLMDataset(IterableDataset):
             except BadIndexError as exc:
                 log.warning("skipping shard %s: %s", ref.url, exc)
                 got = Skip.BAD_INDEX
+            except ShardChangedError as exc:
+                log.warning("skipping shard %s: %s", ref.url, exc)
+                got = Skip.SHARD_CHANGED
             except FetchError as exc:
                 log.warning("skipping shard %s: %s", ref.url, exc)
                 got = Skip.FETCH_ERROR

@@ -175,12 +175,13 @@ def read_memmap_pack(readers: dict, shards: np.ndarray, rows: np.ndarray, gids: 
             kept.append((reader, table, row))
     if not kept:
         return None
+    sources = list({id(r): r for r, _, _ in kept}.values())
+    if any(r.changed() for r in sources):                  # the tokens are read from the map: a file cut short
+        return None                                        # faults past its end; the per-sample path counts it
     try:
         t, image_readers, image_rows = _gather(kept)
     except UnicodeDecodeError:                             # a key that is not UTF-8: the per-sample path counts it
         return None
-
-    sources = list({id(r): r for r, _, _ in kept}.values())
 
     def pixels_for(images) -> _ShardPixels:
         return _ShardPixels(image_readers, image_rows, images, cfg.policy.size, sources)

@@ -182,9 +182,11 @@ class Source:
     def reader(self, s: int, data) -> Callable[[int], SampleRecord]:
         """A function reading sample i of shard s from the shard's whole bytes (for a memmap shard a
         `loading.memmap_pack.MemmapReader`, which also reads whole packs)."""
+        mapped = data if isinstance(data, MappedShard) else None
+        if mapped is not None and mapped.changed():       # before parsing it: a cut-short map faults past its end
+            raise ShardChangedError(f"shard {self.manifest.shards[s].name} was rewritten in place after it was opened")
         shard = self._memmap_shard(s, data) if self.kind == "memmap" else None
         read = shard.read_sample if shard is not None else self._tar_reader(s, data)
-        mapped = data if isinstance(data, MappedShard) else None
         if mapped is not None:
             read = _unchanged(read, mapped, self.manifest.shards[s].name)
         if shard is None:
@@ -237,12 +239,19 @@ class Source:
 
 
 def _unchanged(read: Callable[[int], SampleRecord], mapped: MappedShard, name: str) -> Callable[[int], SampleRecord]:
-    """`read`, each record copied out of the map and delivered only if the file was not rewritten in place."""
+    """`read`, each record copied out of the map and delivered only if the file was not rewritten in place.
+    The file is also checked before the copy: a page of the map past the end of a file cut short in place
+    would raise SIGBUS when touched (the short window between that check and the copy remains)."""
+
+    def changed() -> ShardChangedError | None:
+        return ShardChangedError(f"shard {name} was rewritten in place after it was opened") if mapped.changed() else None
 
     def read_unchanged(i: int) -> SampleRecord:
+        if (err := changed()) is not None:
+            raise err
         rec = read(i).detached()            # own bytes first, then: were they the checked ones?
-        if mapped.changed():
-            raise ShardChangedError(f"shard {name} was rewritten in place after it was opened")
+        if (err := changed()) is not None:
+            raise err
         return rec
 
     return read_unchanged
