@@ -166,7 +166,7 @@ def test_text_of_new_words_goes_to_tokenizers_once_and_its_pieces_are_learned(qw
     assert again == {"fast": len(texts), "cold": 0, "fallback": 0}
     # what was learned from tokenizers' encodings is tokenizers' encoding of each piece alone
     for text in texts[:3]:
-        pieces, entries = fast.split(text)
+        pieces, entries, _ = fast.split(text)
         assert entries == [tuple(qwen_family.tokenizer.encode(p).ids) for p in pieces]
 
 
@@ -184,7 +184,7 @@ def test_gpt2_pattern_vocabulary_takes_the_fast_path(tmp_path):
 def test_llama_metaspace_vocabulary_falls_back_with_equal_ids(tmp_path):
     fam = load_family(str(llava_folder(tmp_path / "llava")))
     assert fam.fast_bpe is None
-    assert "normalizer" in fam.fast_bpe_reason
+    assert "byte fallback" in fam.fast_bpe_reason      # its trained byte tokens are not <0xNN>
     texts = hostile_texts(seed=4)[:80]
     convs = [Conversation([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": t}]},
                            {"role": "assistant", "content": [{"type": "text", "text": t[::-1]}]}], 1) for t in texts]
@@ -232,12 +232,29 @@ def test_merges_out_of_rank_order_still_give_tokenizers_ids():
         assert fast.encode(text).ids == tok.encode(text).ids
 
 
-def _with_template_processor(cfg: dict) -> None:
+def _with_bert_processor(cfg: dict) -> None:
     from tokenizers import Tokenizer, processors
 
     tok = Tokenizer.from_str(json.dumps(cfg))
-    tok.post_processor = processors.TemplateProcessing(single="$A ab", special_tokens=[("ab", 257)])
+    tok.post_processor = processors.BertProcessing(("ab", 257), ("bc", 258))
     cfg["post_processor"] = json.loads(tok.to_str())["post_processor"]
+
+
+def test_a_template_post_processor_adds_its_specials_like_tokenizers():
+    from tokenizers import processors
+
+    tok = _byte_level_bpe([("a", "b"), ("b", "c")], ["ab", "bc"])
+    tok.post_processor = processors.TemplateProcessing(single="ab $A bc", pair="$A $B",
+                                                       special_tokens=[("ab", 256), ("bc", 257)])
+    fast, why = FastBPE.build(tok, tok.to_str())
+    assert why is None
+    for flag in (True, False):
+        for text in ("abc", " abc ab", "a"):
+            mine, ref = fast.encode(text, add_special_tokens=flag), tok.encode(text, add_special_tokens=flag)
+            assert (mine.ids, mine.offsets) == (ref.ids, ref.offsets)
+            assert [mine.token_to_chars(i) for i in range(len(ref.ids))] == [
+                ref.token_to_chars(i) for i in range(len(ref.ids))]
+            assert [mine.char_to_token(i) for i in range(len(text))] == [ref.char_to_token(i) for i in range(len(text))]
 
 
 @pytest.mark.parametrize("change, reason", [
@@ -248,7 +265,7 @@ def _with_template_processor(cfg: dict) -> None:
                                                "rstrip": False, "normalized": False, "special": True}]), "lstrip"),
     (lambda c: c.__setitem__("added_tokens", [{"id": 300, "content": "<x>", "single_word": False, "lstrip": False,
                                                "rstrip": False, "normalized": True, "special": False}]), "normalized"),
-    (_with_template_processor, "post-processor"),
+    (_with_bert_processor, "post-processor"),
 ])
 def test_what_the_fast_path_does_not_reproduce_is_refused(change, reason):
     from tokenizers import Tokenizer
