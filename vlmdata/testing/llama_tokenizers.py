@@ -187,7 +187,8 @@ def llama3_llava_folder(path: Path, cache: Path | None = None) -> Path:
     tok = llama3_tokenizer(cache)
     tok.add_special_tokens([AddedToken("<image>", special=True, normalized=False)])
     return write_llava_folder(path, tok, LLAMA3_LLAVA_TEMPLATE, {
-        "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "pad_token": "<|finetune_right_pad_id|>"})
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
+        "pad_token": "<|finetune_right_pad_id|>"})
 
 
 def mistral_llava_folder(path: Path, cache: Path | None = None, form: str = "legacy") -> Path:
