@@ -244,7 +244,16 @@ class FastEncoding:
 
     @property
     def offsets(self) -> list[tuple[int, int]]:
-        return [self.token_to_chars(i) or (0, 0) for i in range(len(self.ids))]
+        """Every token's (start, end) characters, as `tokenizers.Encoding.offsets` ((0, 0) for a
+        post-processor's special token); one pass over the pieces."""
+        self._index()
+        out = [(0, 0)] * self._prefix
+        for p, base in enumerate(self._char_starts[:-1]):
+            if len(self._entries[p]) == 1:
+                out.append((base, self._char_starts[p + 1]))
+            else:
+                out += [(base + a, base + b) for a, b in self._piece_offsets(p)]
+        return out + [(0, 0)] * self._suffix
 
 
 class FastBPE:
