@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from vlmdata.text import Conversation, encode_texts
+from vlmdata.text import Conversation, FastEncoding, encode_texts
+from vlmdata.text.families.base import _tokens_over
 
 # Characters Python 3.10-3.13's Unicode tables (14.0-15.0) leave unassigned: U+1CC00 (Unicode 16) and an
 # unassigned plane-3 code point.
@@ -63,6 +64,12 @@ def assert_same_encodings(fam, texts, add_special_tokens: bool = True) -> dict:
             assert enc.offsets == b.offsets, text
             for pos in range(len(text)):
                 assert enc.char_to_token(pos) == b.char_to_token(pos), (text, pos)
+            if not isinstance(enc, FastEncoding):
+                continue                             # handed to tokenizers: it is the reference
+            offsets = np.asarray(b.offsets, dtype=np.int64).reshape(-1, 2)
+            n = len(text)
+            for span in ((0, n), (1, n - 1), (n // 3, 2 * n // 3), (n // 2, n // 2 + 1), (n, n + 1), (-1, 0), (-1, 2)):
+                assert enc.tokens_over(*span) == _tokens_over(offsets, *span), (text, span)
     return counts
 
 

@@ -33,6 +33,7 @@ from vlmdata.text.metaspace_bpe import MetaspaceBPE
 
 LLAMA3_SPECIALS = ("<|begin_of_text|>", "<|eot_id|>", "<|end_of_text|>", "<image>", "<|start_header_id|>",
                    "<|end_header_id|>")
+pytestmark = pytest.mark.slow                 # ~40 s in all: loading three real vocabularies
 MISTRAL_SPECIALS = ("<s>", "</s>", "<unk>", "<image>", "<pad>", "</s>")
 
 

@@ -242,6 +242,24 @@ class FastEncoding:
         base = self._char_starts[p]
         return base + a, base + b
 
+    def tokens_over(self, a: int, b: int) -> tuple[int | None, int | None]:
+        """(first, last) token whose characters overlap [a, b), or (None, None): what `ModelFamily` computes
+        from `offsets`, without building them (token offsets rise monotonically, so the overlap is a run)."""
+        self._index()
+        total = self._char_starts[-1]
+        if a < 0:                                    # the specials' (0, 0) overlap too: count them one by one
+            over = [i for i, (x, y) in enumerate(self.offsets) if x < b and y > a]
+            return (over[0], over[-1]) if over else (None, None)
+        if a >= total or b <= 0:
+            return None, None
+        p = bisect.bisect_right(self._char_starts, a) - 1
+        base = self._char_starts[p]
+        first = next(self._tok_starts[p] + k for k, (_, end) in enumerate(self._piece_offsets(p)) if base + end > a)
+        q = bisect.bisect_right(self._char_starts, min(b, total) - 1) - 1
+        base, offs = self._char_starts[q], self._piece_offsets(q)
+        last = next(self._tok_starts[q] + k for k in range(len(offs) - 1, -1, -1) if base + offs[k][0] < b)
+        return (first, last) if first <= last else (None, None)
+
     @property
     def offsets(self) -> list[tuple[int, int]]:
         """Every token's (start, end) characters, as `tokenizers.Encoding.offsets` ((0, 0) for a

@@ -20,6 +20,7 @@ Documents (interleaved text and images, no template) are trained on all text.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import ClassVar
 
 import numpy as np
@@ -324,9 +325,12 @@ class ModelFamily:
         if mode == "all":
             out[1] = 1
         else:
-            offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+            over = getattr(enc, "tokens_over", None)      # the fast path's encodings answer without offsets
+            if over is None:
+                offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+                over = partial(_tokens_over, offsets)
             for a, b in spans:
-                first, last = _tokens_over(offsets, a, b)
+                first, last = over(a, b)
                 if first is None:
                     continue
                 out[1][first:last + 1] = 1
