@@ -204,8 +204,9 @@ class FastEncoding:
 
     def _index(self) -> None:
         if self._char_starts is None:
-            lengths = map(len, self._pieces) if not self._leads else (
-                len(piece) - self._lead(p) for p, piece in enumerate(self._pieces))
+            lengths = list(map(len, self._pieces))
+            for p in self._leads or ():
+                lengths[p] -= 1                          # the added "▁" is no character of the text
             self._char_starts = list(accumulate(lengths, initial=0))
             self._tok_starts = list(accumulate(map(len, self._entries), initial=self._prefix))
 
