@@ -43,10 +43,11 @@ from vlmdata.sysinfo import cpu_model  # noqa: E402
 from vlmdata.testing import (  # noqa: E402
     GEN_RAW_WORDS,  # noqa: E402
     image_and_word_counts,
+    llama3_llava_folder,
     llava_folder,
+    mistral_llava_folder,
     qwen2_vl_folder,
 )
-from vlmdata.testing.llama_tokenizers import llama3_llava_folder, mistral_llava_folder  # noqa: E402
 from vlmdata.text import Conversation, encode_texts  # noqa: E402
 from vlmdata.text.families import load_family  # noqa: E402
 

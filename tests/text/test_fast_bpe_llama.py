@@ -21,15 +21,9 @@ from tests.helpers.bpe_checks import (
     hostile_texts,
 )
 from tests.helpers.models import llama_or_skip
-from vlmdata.testing import default_cache
-from vlmdata.testing.llama_tokenizers import (
-    llama3_llava_folder,
-    mistral_llava_folder,
-    mistral_tokenizer,
-)
-from vlmdata.text import FastBPE, encode_texts
+from vlmdata.testing import default_cache, llama3_llava_folder, mistral_llava_folder, mistral_tokenizer
+from vlmdata.text import FastBPE, MetaspaceBPE, build_fast_path, encode_texts
 from vlmdata.text.families import load_family
-from vlmdata.text.metaspace_bpe import MetaspaceBPE
 
 LLAMA3_SPECIALS = ("<|begin_of_text|>", "<|eot_id|>", "<|end_of_text|>", "<image>", "<|start_header_id|>",
                    "<|end_header_id|>")
@@ -148,7 +142,7 @@ def test_what_the_metaspace_path_does_not_reproduce_is_refused(change, reason):
     cfg = _mistral_cfg()
     change(cfg)
     tok = Tokenizer.from_str(json.dumps(cfg))
-    fast, why = FastBPE.build(tok, json.dumps(cfg))
+    fast, why = build_fast_path(tok, json.dumps(cfg))
     assert fast is None and reason in why, why
     texts = ["a▁b and ab a bb", " USER: hi\n [INST] x"]
     for text, enc in zip(texts, encode_texts(fast, tok, texts, True)):
@@ -162,7 +156,7 @@ def test_each_metaspace_prepend_scheme_gives_tokenizers_ids(scheme):
     cfg = _mistral_cfg()
     _metaspace(prepend_scheme=scheme)(cfg)
     tok = Tokenizer.from_str(json.dumps(cfg))
-    fast, why = FastBPE.build(tok, json.dumps(cfg))
+    fast, why = build_fast_path(tok, json.dumps(cfg))
     assert type(fast) is MetaspaceBPE, why
     texts = [t for t in hostile_texts(seed=10, specials=MISTRAL_SPECIALS) if "▁" not in t]
     for text, enc in zip(texts, encode_texts(fast, tok, texts, True)):

@@ -312,15 +312,15 @@ class FastBPE:
         """(encoder, None), or (None, the reason) when the tokenizer is not one this path reproduces exactly."""
         if os.environ.get("VLMDATA_FAST_TOKENIZER", "1") == "0":
             return None, "VLMDATA_FAST_TOKENIZER=0"
+        return cls.build_from(tokenizer, json.loads(tokenizer_json))
+
+    @classmethod
+    def build_from(cls, tokenizer, cfg: dict) -> tuple[FastBPE | None, str | None]:
+        """`build` from the parsed tokenizer.json."""
         try:
             import regex  # noqa: F401
         except ImportError:
             return None, "the regex package is not installed (pip install 'vlmdata[fast-text]')"
-        cfg = json.loads(tokenizer_json)
-        from vlmdata.text.metaspace_bpe import MetaspaceBPE
-
-        if MetaspaceBPE.recognizes(cfg):
-            return MetaspaceBPE.build_from(tokenizer, cfg)
         reason = unsupported(cfg, tokenizer) or _specials_reason(tokenizer)
         if reason:
             return None, reason
