@@ -25,9 +25,10 @@ from vlmdata.testing import default_cache, llama3_llava_folder, mistral_llava_fo
 from vlmdata.text import FastBPE, MetaspaceBPE, build_fast_path, encode_texts
 from vlmdata.text.families import load_family
 
+pytestmark = pytest.mark.slow                 # ~40 s in all: loading three real vocabularies
+
 LLAMA3_SPECIALS = ("<|begin_of_text|>", "<|eot_id|>", "<|end_of_text|>", "<image>", "<|start_header_id|>",
                    "<|end_header_id|>")
-pytestmark = pytest.mark.slow                 # ~40 s in all: loading three real vocabularies
 MISTRAL_SPECIALS = ("<s>", "</s>", "<unk>", "<image>", "<pad>", "</s>")
 
 

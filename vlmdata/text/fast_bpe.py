@@ -175,11 +175,6 @@ def post_processor_specials(tokenizer) -> tuple[tuple[int, ...], tuple[int, ...]
     return found
 
 
-def _specials_reason(tokenizer) -> str | None:
-    specials = post_processor_specials(tokenizer)
-    return specials if isinstance(specials, str) else None
-
-
 class FastEncoding:
     """The ids of one text and, on demand, the `tokenizers.Encoding` offset queries `ModelFamily` uses.
 
@@ -278,10 +273,11 @@ class FastEncoding:
 class FastBPE:
     """The exact fast encoder of one tokenizer (`build` returns None, and why, when it does not apply)."""
 
-    def __init__(self, tokenizer, pattern: str, added: dict[str, int], nfc: bool = True, vocab: dict | None = None):
+    def __init__(self, tokenizer, pattern: str, added: dict[str, int], nfc: bool = True, vocab: dict | None = None,
+                 specials: tuple | None = None):
         import regex
 
-        self._init_common(tokenizer, added)
+        self._init_common(tokenizer, added, specials)
         self._nfc = nfc
         self._split = regex.compile(pattern).findall
         self._split_ascii = re.compile(ascii_pattern(pattern)).findall
@@ -294,8 +290,9 @@ class FastBPE:
         self._bad: set[str] = set()
         self._check_chars({chr(i) for i in range(128)})
 
-    def _init_common(self, tokenizer, added: dict[str, int]) -> None:
-        """The state every fast path keeps: added tokens, caches, counters, the post-processor's specials."""
+    def _init_common(self, tokenizer, added: dict[str, int], specials: tuple | None) -> None:
+        """The state every fast path keeps: added tokens, caches, counters, the post-processor's specials
+        (`post_processor_specials`, found here when None)."""
         self._tok = tokenizer
         self._added = added
         self._added_split = (re.compile("(" + "|".join(map(re.escape, sorted(added, key=len, reverse=True))) + ")").split
@@ -304,7 +301,7 @@ class FastBPE:
         self._segments: dict[str, list[str]] = {}         # short text between added tokens -> its pieces
         self.stats = {"fast": 0, "cold": 0, "fallback": 0}
         self._window, self._backoff, self._skip = [0, 0], 0, 0
-        specials = post_processor_specials(tokenizer)
+        specials = post_processor_specials(tokenizer) if specials is None else specials
         self._specials = specials if isinstance(specials, tuple) else ((), ())
 
     @classmethod
@@ -321,12 +318,13 @@ class FastBPE:
             import regex  # noqa: F401
         except ImportError:
             return None, "the regex package is not installed (pip install 'vlmdata[fast-text]')"
-        reason = unsupported(cfg, tokenizer) or _specials_reason(tokenizer)
-        if reason:
-            return None, reason
+        reason = unsupported(cfg, tokenizer)
+        specials = post_processor_specials(tokenizer) if not reason else None
+        if reason or isinstance(specials, str):
+            return None, reason or specials
         added = {a["content"]: a["id"] for a in cfg.get("added_tokens") or () if a.get("content")}
         fast = cls(tokenizer, _pattern_of(cfg["pre_tokenizer"]), added, nfc=cfg.get("normalizer") is not None,
-                   vocab=cfg["model"]["vocab"])
+                   vocab=cfg["model"]["vocab"], specials=specials)
         if fast.bad_characters:
             return None, f"ASCII characters {''.join(sorted(fast.bad_characters))!r} split unlike the pre-tokenizer"
         return fast, None

@@ -63,8 +63,7 @@ def unsupported_metaspace(cfg: dict, tokenizer) -> str | None:
     crossing = next((t for t in vocab if CROSSING.search(t)), None)
     if crossing is not None:
         return f"the vocabulary has a token across a word start ({crossing!r}): the BPE cannot be cut into pieces"
-    specials = post_processor_specials(tokenizer)
-    return specials if isinstance(specials, str) else None
+    return None
 
 
 class MetaspaceBPE(FastBPE):
@@ -73,8 +72,9 @@ class MetaspaceBPE(FastBPE):
     _bad: frozenset = frozenset()                # no character needs a check: normalizing is Unicode-free
     _split_word = re.compile(f"{SPACE}*[^{SPACE}]+|{SPACE}+").findall
 
-    def __init__(self, tokenizer, added: dict[str, int], vocab: dict[str, int], prepend: str):
-        self._init_common(tokenizer, added)
+    def __init__(self, tokenizer, added: dict[str, int], vocab: dict[str, int], prepend: str,
+                 specials: tuple | None = None):
+        self._init_common(tokenizer, added, specials)
         self._prepend = prepend
         self._token_bytes = [0] * (max(vocab.values(), default=-1) + 1)
         for token, tid in vocab.items():        # UTF-8 bytes of the normalized text each token covers
@@ -93,10 +93,11 @@ class MetaspaceBPE(FastBPE):
     def build_from(cls, tokenizer, cfg: dict) -> tuple[MetaspaceBPE | None, str | None]:
         """(encoder, None), or (None, the reason) when the path would not give `tokenizers`' ids exactly."""
         reason = unsupported_metaspace(cfg, tokenizer)
-        if reason:
-            return None, reason
+        specials = post_processor_specials(tokenizer) if not reason else None
+        if reason or isinstance(specials, str):
+            return None, reason or specials
         added = {a["content"]: a["id"] for a in cfg.get("added_tokens") or () if a.get("content")}
-        fast = cls(tokenizer, added, cfg["model"]["vocab"], _prepend_mode(cfg))
+        fast = cls(tokenizer, added, cfg["model"]["vocab"], _prepend_mode(cfg), specials)
         probes = [*PROBES, *(f"a {t} b{t}{t} c" for t in list(added)[:8])]
         for text in probes:
             mine, theirs = fast.encode(text), tokenizer.encode(text)
