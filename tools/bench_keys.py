@@ -9,8 +9,9 @@ bytes) and arrive in random order, 5000 per shard, in chunks of 10^6 (never
 all in memory). Each part runs in its own process, with its memory sampled
 from /proc every 0.2 s:
 
-* index: vlmdata's build path (external sort in runs of 4M keys, LMDB bulk
-  append; what `vlmdata shard`/`index` run) against SQLite as Energon uses
+* index: vlmdata's build path (keys partitioned into 256 key ranges as they
+  arrive, each range sorted in memory, LMDB bulk append; what
+  `vlmdata shard`/`index` run) against SQLite as Energon uses
   it for its sample index (a table filled in one transaction with
   journal and sync off, then an index on the key): build rate (wall and
   CPU), size on disk, and warm lookup latency (p50/p99/p99.9 over

@@ -14,14 +14,18 @@ Pipelines, each run in a fresh process, on one gen_raw corpus (`vlmdata.testing.
   tuned    the same script in this venv (Pillow-SIMD) with `img.draft("RGB", (336, 336))`: what a
            user gets without vlmdata by installing Pillow-SIMD and turning on DCT-scaled decode.
   tar      VLMDataset on the tar shards (decoder="auto") + make_loader.
-  memmap   VLMDataset on the memmap shards (pre-resized pixels, no decode) + make_loader.
+  memmap   VLMDataset on the memmap shards (pre-resized pixels, no decode) + make_loader; packs read whole
+           (`loading.memmap_pack`: pixels pread straight into the pack's buffer).
+  memmap-sample  the same, each pack read sample by sample (`VLMDataset.memmap_pack_reads = False`): the
+           path before issue 24, for the before/after in the same run.
 
 Each round runs every pipeline once, in an order rotated from round to round (the machine is
 shared: interleaving spreads its noise over all of them). Per run:
   epoch     images/s over one whole epoch: from building the dataset to its last pack (worker
             start-up included; interpreter start and imports excluded, the same for all)
   steady    images/s after the first pack; for memmap, over epochs 2..`--epochs` of persistent
-            workers (one epoch of memmap takes a fraction of a second)
+            workers (one epoch of memmap takes a fraction of a second), with the CPU per image of the
+            workers and of the main process over those epochs
   peak PSS  of the run's process tree (main + workers), sampled every 50 ms from this process;
             pages of a mapped file or of shared memory are split between the processes mapping them
   CPU       seconds of the whole tree (rusage), for images per CPU-second
@@ -52,12 +56,30 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 SIZE = 336
 STOCK_VENV = REPO / ".bench-stock"
-PIPELINES = ("stock", "tuned", "tar", "memmap")
+PIPELINES = ("stock", "tuned", "tar", "memmap", "memmap-sample")
+MEMMAP = ("memmap", "memmap-sample")
 
 
 # ---- the runs (each in its own process) -------------------------------------------------------
+def _tree_cpu() -> tuple[float, float]:
+    """CPU seconds so far of this process and of its live children (the DataLoader workers)."""
+    import psutil
+
+    me = psutil.Process()
+    t = me.cpu_times()
+    workers = 0.0
+    for c in me.children(recursive=True):
+        try:
+            ct = c.cpu_times()
+            workers += ct.user + ct.system
+        except psutil.Error:
+            pass
+    return t.user + t.system, workers
+
+
 def _timed(loader_factory, count, epochs: int = 1) -> dict:
-    """Whole first epoch (factory call included) and the steady rate after the first pack."""
+    """Whole first epoch (factory call included) and the steady rate after the first pack; with several
+    epochs (persistent workers) also the steady state's CPU per image, main process and workers apart."""
     t0 = time.perf_counter()
     loader = loader_factory()
     n, first_t, first_n, t_epoch1, n_epoch1 = 0, None, 0, None, 0
@@ -68,14 +90,17 @@ def _timed(loader_factory, count, epochs: int = 1) -> dict:
                 first_t, first_n = time.perf_counter(), n
         if e == 0:
             t_epoch1, n_epoch1 = time.perf_counter(), n
+            cpu_epoch1 = _tree_cpu()
     t_end = time.perf_counter()
+    cpu_end = _tree_cpu()
     if epochs > 1:
         steady = (n - n_epoch1) / (t_end - t_epoch1)
     else:
         steady = (n - first_n) / (t_end - first_t)
     return {"images": n_epoch1, "total_images": n, "epoch_s": t_epoch1 - t0, "epoch_images_per_s": n_epoch1 / (t_epoch1 - t0),
             "first_s": first_t - t0, "steady_images_per_s": steady, "steady_images": n - n_epoch1 if epochs > 1
-            else n - first_n}
+            else n - first_n, "steady_main_cpu_s": cpu_end[0] - cpu_epoch1[0],
+            "steady_worker_cpu_s": cpu_end[1] - cpu_epoch1[1]}
 
 
 def run_webdataset(root: str, workers: int, draft: bool) -> dict:
@@ -108,7 +133,7 @@ def run_webdataset(root: str, workers: int, draft: bool) -> dict:
     return out | {"pil": PIL.__version__}
 
 
-def run_vlmdata(root: str, workers: int, epochs: int) -> dict:
+def run_vlmdata(root: str, workers: int, epochs: int, pack_reads: bool = True) -> dict:
     import logging
 
     import PIL
@@ -121,6 +146,7 @@ def run_vlmdata(root: str, workers: int, epochs: int) -> dict:
     def make():
         ds = VLMDataset(root, seed=0, max_tokens=8192, max_images=16, image_size=SIZE, rank=0, world_size=1,
                         decoder="auto")
+        ds.memmap_pack_reads = pack_reads
         return make_loader(ds, num_workers=workers, pin_memory=False, persistent_workers=epochs > 1 and workers > 0)
 
     out = _timed(make, lambda b: int(b["stats"]["images"]), epochs)
@@ -173,7 +199,7 @@ def _children_cpu() -> float:
 
 def run_one(kind: str, python: str, root: str, args) -> dict:
     cmd = [python, str(Path(__file__).resolve()), "--run", kind, "--root", root, "--workers", str(args.workers),
-           "--epochs", str(args.epochs if kind == "memmap" else 1)]
+           "--epochs", str(args.epochs if kind in MEMMAP else 1)]
     env = dict(os.environ)
     if kind == "stock":
         env.pop("PYTHONPATH", None)            # nothing of this venv (Pillow-SIMD, vlmdata) on its path
@@ -287,6 +313,20 @@ def report(results: dict, order: list[list[str]], args, versions: dict, corpus) 
               f"- peak PSS of the process tree: memmap {pss['memmap'] / 2**20:.0f} MiB, tar {pss['tar'] / 2**20:.0f} MiB, "
               f"stock {pss['stock'] / 2**20:.0f} MiB, tuned {pss['tuned'] / 2**20:.0f} MiB; memmap / stock per round "
               f"{' / '.join(f'{x:.2f}x' for x in pss_round)}, target <= 1.2x: **{verdict(max(pss_round) <= 1.2)}**"]
+    lines += ["", "memmap packs read whole (`loading.memmap_pack`, the default) vs sample by sample (`memmap-sample`: "
+              "`VLMDataset.memmap_pack_reads = False`, the path before issue 24), steady state (epochs 2.."
+              f"{args.epochs} of persistent workers):", "",
+              "| memmap reads | steady images/s (per round) | of memcpy (per round) | worker CPU ms per image | "
+              "main CPU ms per image | peak PSS MiB (max) | PSS / stock (per round) |", "|---|---|---|---|---|---|---|"]
+    for kind in MEMMAP:
+        runs = results[kind]
+        rates = " / ".join(f"{r['steady_images_per_s']:.0f}" for r in runs)
+        of_copy = " / ".join(f"{r['steady_images_per_s'] * img_bytes / r['memcpy']:.1%}" for r in runs)
+        worker_ms = statistics.median(1e3 * r["steady_worker_cpu_s"] / r["steady_images"] for r in runs)
+        main_ms = statistics.median(1e3 * r["steady_main_cpu_s"] / r["steady_images"] for r in runs)
+        of_stock = " / ".join(f"{r['peak_pss'] / st['peak_pss']:.2f}x" for r, st in zip(runs, results["stock"]))
+        lines.append(f"| {kind} | {rates} | {of_copy} | {worker_ms:.3f} | {main_ms:.3f} | "
+                     f"{max(r['peak_pss'] for r in runs) / 2**20:.0f} | {of_stock} |")
     if "inproc" in results:
         r = results["inproc"]
         lines.append(f"- informational: memmap in the main process (0 workers), steady state "
@@ -301,7 +341,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=8, help="memmap: epochs of persistent workers (steady state)")
     ap.add_argument("--cache", default=os.environ.get("VLMDATA_BENCH_CACHE", "/tmp/vlmdata-bench"))
-    ap.add_argument("--stock-venv", default=str(STOCK_VENV))
+    ap.add_argument("--stock-venv", default=str(STOCK_VENV), help="the stock baseline's venv (made when missing)")
     ap.add_argument("--only", default=",".join(PIPELINES), help=argparse.SUPPRESS)
     ap.add_argument("--out", default="bench_out/bench-loader.md")
     ap.add_argument("--run", choices=PIPELINES + ("inproc",), help=argparse.SUPPRESS)
@@ -311,7 +351,7 @@ def main() -> int:
         if a.run in ("stock", "tuned"):
             res = run_webdataset(a.root, a.workers, draft=a.run == "tuned")
         else:
-            res = run_vlmdata(a.root, 0 if a.run == "inproc" else a.workers, a.epochs)
+            res = run_vlmdata(a.root, 0 if a.run == "inproc" else a.workers, a.epochs, a.run != "memmap-sample")
         print(json.dumps(res))
         return 0
 
@@ -321,7 +361,7 @@ def main() -> int:
     corpus = bench_corpus(a.cache, a.samples, SIZE)
     stock_py = ensure_stock_venv(Path(a.stock_venv))
     roots = {"stock": corpus.wds, "tuned": corpus.wds, "tar": corpus.wds, "memmap": corpus.memmap,
-             "inproc": corpus.memmap}
+             "memmap-sample": corpus.memmap, "inproc": corpus.memmap}
     pythons = {k: sys.executable for k in roots} | {"stock": stock_py}
     kinds = [k for k in PIPELINES if k in a.only.split(",")]
     results: dict[str, list[dict]] = {k: [] for k in kinds}
@@ -331,7 +371,7 @@ def main() -> int:
         order.append(ks)
         for k in ks:
             res = run_one(k, pythons[k], roots[k], a)
-            if k == "memmap":                  # this machine's memcpy rate now, next to the memmap run
+            if k in MEMMAP:                    # this machine's memcpy rate now, next to the memmap run
                 res["memcpy"] = memcpy_rate()
                 print(f"memcpy: {res['memcpy'] / 1e9:.1f} GB/s = {res['memcpy'] / (SIZE * SIZE * 3):.0f} images/s "
                       f"of {SIZE} px", flush=True)

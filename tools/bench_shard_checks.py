@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Cost of the shard-time checks: issue 14's against the code before them, the default decode check
-against `--verify none`, and `--verify strict`, all in the same run.
+"""Cost of the shard-time checks: issue 14's against the code before them, the default structure check
+and `--verify decode` against `--verify none`, and `--verify strict`, all in the same run.
 
 What is measured: `vlmdata shard` (the same `shard_dataset` call) over a gen_raw
 corpus, three ways, interleaved so that machine load hits all of them alike:
@@ -9,7 +9,9 @@ corpus, three ways, interleaved so that machine load hits all of them alike:
           policy, bounded reads, EXIF-displayed sizes, the per-row exception
           guard and the JSON/CSV reader recovery), extracted with `git archive`
   none    this tree with `--verify none` (header checks only, no decode)
-  checks  this tree with its defaults (`--verify decode`: the loader's decoder at 1/8 scale for JPEG)
+  checks  this tree with its defaults (`--verify structure`: a clean JPEG/PNG structure is kept
+          without decoding, every odd file gets the loader's decode)
+  decode  this tree with `--verify decode` (the loader's decoder on every image, JPEG at 1/8 scale)
   verify  this tree with `--verify strict` (also a strict full TurboJPEG decode of every JPEG)
 
 Each side runs in its own Python process (the two trees are both `vlmdata`),
@@ -19,8 +21,8 @@ previous run are flushed (`sync`) before each run and the order of the sides
 rotates from one repetition to the next. --no-fsync on all
 sides (fsync noise would swamp a few percent). Reported: the median and best
 of `--repeat` runs per side, the throughput ratios checks/base (issue 14's
-target >= 0.97 was for header checks: the default now decodes), checks/none
-(the default decode check's cost, target >= 0.90: <= 10 %) and verify/checks.
+target >= 0.97 was for header checks), checks/none (the default check's cost,
+target >= 0.90: <= 10 %), decode/none and verify/checks.
 
     python tools/bench_shard_checks.py [--samples 2000] [--workers 2] [--repeat 5] [--no-baseline]
                                        [--md bench_out/shard-checks.md]
@@ -46,7 +48,7 @@ from vlmdata.sysinfo import cpu_model  # noqa: E402
 from vlmdata.testing import generator_script, write_report  # noqa: E402
 
 TARGET = 0.97
-DECODE_TARGET = 0.90   # the default decode check may cost at most 10 % of --verify none's throughput
+DECODE_TARGET = 0.90   # the default check may cost at most 10 % of --verify none's throughput
 
 CHILD = r"""
 import json, multiprocessing, os, sys, time
@@ -129,7 +131,7 @@ def micro_costs(corpus: Path, limit: int = 600) -> dict[str, float]:
     """Microseconds per image of what the checks add, measured in this process (best of 5 passes)."""
     import timeit
 
-    from vlmdata.ingest import AccessPolicy, read_ref
+    from vlmdata.ingest import AccessPolicy, ImageOptions, check_image, read_ref
     from vlmdata.orientation import read_orientation
 
     rows = [json.loads(line) for line in open(corpus / "data.jsonl")][:limit]
@@ -152,6 +154,9 @@ def micro_costs(corpus: Path, limit: int = 600) -> dict[str, float]:
 
     best = {fn.__name__: min(timeit.repeat(fn, number=1, repeat=5)) / len(refs) * 1e6
             for fn in (plain, checked, orientation)}
+    for mode, name in (("none", "header"), ("structure", "structure")):   # bytes in cache, as a job has just read them
+        best[name] = sum(min(timeit.repeat(lambda d=d, m=mode: check_image(d, ImageOptions().max_pixels, m), number=1, repeat=5))
+                         for d in datas[:300]) / min(300, len(datas)) * 1e6
     return {"images_per_row": len(refs) / len(rows), **best}
 
 
@@ -173,6 +178,7 @@ def main() -> int:
     ap.add_argument("--baseline-ref", default="f4da5f8", help="git ref of the code before the checks")
     ap.add_argument("--md", default=None, help="also write the results as markdown to this file")
     ap.add_argument("--no-verify", action="store_true", help="leave out the --verify strict side")
+    ap.add_argument("--no-decode", action="store_true", help="leave out the --verify decode side")
     ap.add_argument("--no-baseline", action="store_true", help="leave out the side of the code at --baseline-ref")
     a = ap.parse_args()
 
@@ -187,7 +193,10 @@ def main() -> int:
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores, load {load:.1f}; {versions()}; workers {a.workers}")
     print(f"corpus: {corpus} ({total} rows, {nbytes / 1e6:.0f} MB of images), {per_job} rows per job; "
           f"baseline {a.baseline_ref} from {base_src}")
-    sides = {"base": (base_src, "-"), "none": (REPO, "none"), "checks": (REPO, "-"), "verify": (REPO, "strict")}
+    sides = {"base": (base_src, "-"), "none": (REPO, "none"), "checks": (REPO, "-"), "decode": (REPO, "decode"),
+             "verify": (REPO, "strict")}
+    if a.no_decode:
+        del sides["decode"]
     if a.no_verify:
         del sides["verify"]
     if a.no_baseline:
@@ -215,8 +224,9 @@ def main() -> int:
              f"({', '.join(f'{t:.2f}' for t in times[name])} s); CPU in jobs, median {job_med[name]:.2f} s "
              f"({', '.join(f'{t:.2f}' for t in job_times[name])})" for name in sides]
     for slow, fast, target, what in (("checks", "base", TARGET, "checks / base"),
-                                     ("checks", "none", DECODE_TARGET, "default decode check / --verify none")):
-        if fast not in sides:
+                                     ("checks", "none", DECODE_TARGET, "default structure check / --verify none"),
+                                     ("decode", "none", DECODE_TARGET, "--verify decode / --verify none")):
+        if fast not in sides or slow not in sides:
             continue
         ratio, ratio_best = med[fast] / med[slow], best[fast] / best[slow]
         job_ratio = job_med[fast] / job_med[slow]
@@ -237,13 +247,19 @@ def main() -> int:
     micro = micro_costs(corpus)
     added = (micro["checked"] - micro["plain"] + micro["orientation"]) * micro["images_per_row"]
     per_row = job_med["checks"] / total * 1e6
+    none_row = job_med["none"] / total * 1e6
+    gate = (micro["structure"] - micro["header"]) * micro["images_per_row"]
+    lines.append(f"in isolation (bytes in cache): the default image check {micro['structure']:.1f} us vs "
+                 f"--verify none's "
+                 f"{micro['header']:.1f} us per image: {gate:.1f} us per row added to its "
+                 f"{none_row:.0f} us of CPU per row = {gate / none_row * 100:.1f} %")
     lines.append(f"in isolation: a policy-checked bounded read {micro['checked']:.1f} us vs a plain open/read "
                  f"{micro['plain']:.1f} us per image, EXIF orientation {micro['orientation']:.1f} us per image; "
                  f"{micro['images_per_row']:.2f} images per row: {added:.1f} us per row added to "
                  f"{per_row:.0f} us of CPU per row = {added / per_row * 100:.1f} %")
     print("\n".join(lines))
     if a.md:
-        flags = "".join(f" --{f}" for f in ("no-baseline", "no-verify") if getattr(a, f.replace("-", "_")))
+        flags = "".join(f" --{f}" for f in ("no-baseline", "no-verify", "no-decode") if getattr(a, f.replace("-", "_")))
         md = ["# Benchmark: cost of the shard-time checks", "",
               f"Command: `python tools/bench_shard_checks.py --samples {a.samples} --workers {a.workers} "
               f"--repeat {a.repeat}{flags}`", "",

@@ -199,7 +199,7 @@ class Skip:
     BAD_IMAGE_HEADER = "bad_image_header"
     DECOMPRESSION_BOMB = "decompression_bomb"
     TRUNCATED_IMAGE = "truncated_image"
-    UNDECODABLE_IMAGE = "undecodable_image"    # the loader's decoder fails on it (--verify decode/strict, memmap)
+    UNDECODABLE_IMAGE = "undecodable_image"    # the loader's decoder fails on it (--verify structure/decode/strict, memmap)
     # foreign tars (vlmdata index)
     TRUNCATED_SAMPLE = "truncated_sample"
     CORRUPT_SHARD = "corrupt_shard"            # an unreadable tar header or stream: the rest of the shard

@@ -5,7 +5,7 @@ One process, or several under `accelerate launch` (or torchrun):
     python -m vlmdata_pipelines.hf_trainer --data DATASET --model MODEL_DIR --epochs 2 --out OUT
     accelerate launch --multi_gpu --num_processes 2 -m vlmdata_pipelines.hf_trainer --data DATASET --model MODEL_DIR ...
 
-MODEL_DIR is a Qwen2-VL, Qwen2.5-VL or LLaVA folder (config.json and
+MODEL_DIR is a model folder of any family vlmdata knows (config.json and
 preprocessor_config.json; weights are loaded when present, otherwise the model
 is randomly initialised from the config). The dataset's images follow the
 model's processor (`ModelSpec.image_policy()`), its packs go through the
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vlmdata_pipelines.hf_trainer", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="vlmdata dataset (directory or URL with manifest.json)")
-    p.add_argument("--model", required=True, help="Hugging Face model folder (Qwen2-VL, Qwen2.5-VL, LLaVA)")
+    p.add_argument("--model", required=True, help="Hugging Face model folder of any family vlmdata knows")
     p.add_argument("--out", required=True, help="output directory (Trainer output, per-rank results)")
     p.add_argument("--epochs", type=float, default=1.0)
     p.add_argument("--max-steps", type=int, default=-1, help="optimizer steps (overrides --epochs when > 0)")

@@ -1,6 +1,7 @@
 """Local shards are mapped, not read, and their CRC32 is checked once per file in the process tree."""
 from __future__ import annotations
 
+import binascii
 import mmap
 import multiprocessing as mp
 import zlib
@@ -76,3 +77,28 @@ def test_changed_file_is_checked_again_and_corruption_reported(tmp_path, crc_cal
     p.write_bytes(b"x" * 10)
     with pytest.raises(CorruptShardError, match="10 bytes, expected 100000"):
         f.get(ref)                                                  # torn: size checked at every open
+
+
+def _mapped_rss_kb(path) -> int:
+    """Resident kB of this process's mappings of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
+                inside = line.rstrip().endswith(str(path))
+            elif inside and head[0] == "Rss:":
+                total += int(head[1])
+    return total
+
+
+def test_the_check_reads_the_file_so_no_page_of_the_map_stays_resident(tmp_path, crc_calls):
+    """A window of shards checked at once would otherwise count whole in each worker's memory (PSS)."""
+    payload = bytes(range(256)) * 16384                              # 4 MiB
+    p = tmp_path / "shard-000000-00.mm"
+    p.write_bytes(payload)
+    data = DirectFetcher(retry=RetryPolicy(attempts=1)).get(ShardRef(str(p), len(payload), binascii.crc32(payload)))
+    assert crc_calls == [1 << 20] * 4                                # the whole file, a chunk at a time
+    assert _mapped_rss_kb(p) == 0
+    assert bytes(data[:1 << 16]) == payload[:1 << 16]                # reading the map does make pages resident
+    assert _mapped_rss_kb(p) > 0

@@ -27,12 +27,13 @@ def sized_jpegs(seed: int = 0) -> dict[str, bytes]:
     return out
 
 
-def hf_pixels(image_processor, data: bytes) -> dict:
-    """The processor's output for one encoded image, opened as transformers' `load_image` opens it."""
+def hf_pixels(image_processor, data: bytes, **settings) -> dict:
+    """The processor's output for one encoded image, opened as transformers' `load_image` opens it (`settings`:
+    call keyword arguments, e.g. Gemma 3's pan-and-scan ones)."""
     from transformers.image_utils import load_image
 
     with Image.open(io.BytesIO(data)) as img:
-        return image_processor(images=[load_image(img)], return_tensors="pt")
+        return image_processor(images=[load_image(img)], return_tensors="pt", **settings)
 
 
 def processor_pixels(processor, data: bytes) -> dict:

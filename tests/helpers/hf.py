@@ -220,25 +220,33 @@ def write_qwen_folder(path: str, processor=None, vocab_size: int | None = None, 
     return path
 
 
-def write_qwen3_folder(path: str, processor=None, pixels: tuple[int, int] = QWEN3_PIXELS) -> str:
-    """A tiny Qwen3-VL folder (config from Qwen3VLConfig, preprocessor config from its image processor)."""
-    import json
-
+def qwen3_config(vocab_size: int, image_token_id: int, vision_start: int, vision_end: int, video_token_id: int):
+    """A tiny Qwen3-VL config: 2 text layers (interleaved M-RoPE), a 2-block vision tower (patch 16, one deepstack
+    layer)."""
     from transformers import Qwen3VLConfig
 
-    tok = (processor or qwen3_processor()).tokenizer
-    ids = tok.convert_tokens_to_ids(["<|image_pad|>", "<|vision_start|>", "<|vision_end|>", "<|video_pad|>"])
-    os.makedirs(path, exist_ok=True)
-    Qwen3VLConfig(
-        text_config=dict(vocab_size=_vocab(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    return Qwen3VLConfig(
+        text_config=dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=8192,
                          rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True,
                                           "rope_theta": 10000.0}),
         vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16,
                            spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=256,
                            deepstack_visual_indexes=[0]),
-        image_token_id=ids[0], vision_start_token_id=ids[1], vision_end_token_id=ids[2], video_token_id=ids[3],
-    ).save_pretrained(path)
+        image_token_id=image_token_id, vision_start_token_id=vision_start, vision_end_token_id=vision_end,
+        video_token_id=video_token_id)
+
+
+def write_qwen3_folder(path: str, processor=None, pixels: tuple[int, int] = QWEN3_PIXELS,
+                       ids: list[int] | None = None, vocab_size: int | None = None) -> str:
+    """A tiny Qwen3-VL folder (config from Qwen3VLConfig, preprocessor config from its image processor); `ids`
+    (image, vision start, vision end, video) and `vocab_size` default to the processor's tokenizer."""
+    import json
+
+    tok = (processor or qwen3_processor()).tokenizer
+    ids = ids or tok.convert_tokens_to_ids(["<|image_pad|>", "<|vision_start|>", "<|vision_end|>", "<|video_pad|>"])
+    os.makedirs(path, exist_ok=True)
+    qwen3_config(vocab_size or _vocab(tok), *ids).save_pretrained(path)
     with open(os.path.join(path, "preprocessor_config.json"), "w") as f:
         json.dump(qwen3_image_processor(pixels).to_dict(), f)
     return path

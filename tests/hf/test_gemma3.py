@@ -4,7 +4,8 @@ Gemma3ForConditionalGeneration (1-layer SigLIP at 224 px, 16 soft tokens per ima
 (bidirectional inside each image, sliding window, nothing across samples); a pack of the hostile corpus,
 sharded and loaded, gives the loss and gradients of its samples run alone through the processor's inputs
 (1e-5), and a moved boundary, a plain block-causal mask or a mask without the sliding window do not;
-VLMTrainer trains it."""
+VLMTrainer trains it. With pan-and-scan (a do_pan_and_scan folder), a pack of images with crops equals its
+samples through Gemma3Processor(do_pan_and_scan=True)."""
 from __future__ import annotations
 
 import io
@@ -65,9 +66,9 @@ def _samples(pack) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
             for i, (k, n) in enumerate(zip(pack["sample_keys"], pack["lengths"].tolist()))]
 
 
-def _alone(pack, rows, expected, processor) -> list[Reference]:
-    """Each sample of the pack as the processor gives it (original files opened as load_image does), with the
-    pack's labels (its ids are asserted equal to the processor's)."""
+def _alone(pack, rows, expected, processor, **settings) -> list[Reference]:
+    """Each sample of the pack as the processor gives it (original files opened as load_image does; `settings`:
+    the processor's call arguments), with the pack's labels (its ids are asserted equal to the processor's)."""
     from PIL import Image
     from transformers.image_utils import load_image
 
@@ -77,7 +78,8 @@ def _alone(pack, rows, expected, processor) -> list[Reference]:
         files = [load_image(Image.open(io.BytesIO(im_bytes))) for im_bytes in _files(rows, key)]
         assert len(files) == len(images)
         text = processor.apply_chat_template(messages, tokenize=False)
-        ref = processor(text=[text], images=[files] if files else None, add_special_tokens=False, return_tensors="pt")
+        ref = processor(text=[text], images=[files] if files else None, add_special_tokens=False, return_tensors="pt",
+                        **settings)
         assert torch.equal(ids, ref["input_ids"][0]), key
         out.append(Reference(key, dict(ref), ids.numpy(), labels.numpy(), [], []))
     return out
@@ -127,8 +129,28 @@ def test_pack_masks_equal_the_models_own_masks_per_sample(gemma):
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_packed_equals_sum_of_samples(gemma, attn):
     folder, spec, pack, rows, expected = gemma
+    _check_packed_equals_alone(folder, spec, pack, _alone(pack, rows, expected, gemma3_processor(folder)), attn)
+
+
+@pytest.mark.slow
+def test_pan_and_scan_packed_equals_sum_of_samples(tmp_path):
+    """A do_pan_and_scan folder: the pack (images of 0, 2 and 4 crops) against each sample alone through
+    Gemma3Processor(do_pan_and_scan=True)."""
+    folder = gemma3_folder(tmp_path / "model", image_size=224, tokens_per_image=16, tiny=True,
+                           sliding_window=WINDOW, do_pan_and_scan=True)
+    sizes = [(640, 480), (3, 2), (1100, 300), (300, 700), (224, 224), (97, 211)]
+    rows, expected, data = shard_corpus(folder, tmp_path, sizes=sizes)
+    pack = next(iter(VLMDataset(str(data), max_tokens=1 << 16, max_images=64, rank=0, world_size=1)))
+    images = sum(len(im) for _, im in expected)
+    assert len(pack["sample_keys"]) == len(expected) and pack["pixel_values"].shape[0] >= images + 10
+    refs = _alone(pack, rows, expected, gemma3_processor(folder), do_pan_and_scan=True)
+    _check_packed_equals_alone(folder, ModelSpec.from_folder(str(folder)), pack, refs, "sdpa")
+
+
+def _check_packed_equals_alone(folder, spec, pack, refs, attn: str) -> None:
+    """The pack's loss and gradients equal its samples' alone (`refs`); a moved boundary, a plain block-causal
+    mask or a mask without the sliding window do not."""
     model = _model(folder, attn)
-    refs = _alone(pack, rows, expected, gemma3_processor(folder))
     count = int((pack["labels"] != -100).sum())
     inputs = _inputs(spec, pack, attn)
     packed_loss, packed_grads = run_packed(model, inputs, count)

@@ -9,14 +9,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers.hf import _grads, qwen_config, tiny_model, write_qwen2_5_folder
+from tests.helpers.hf import qwen_config, tiny_model, write_qwen2_5_folder
 from tests.helpers.models import qwen_folder_or_skip
-from tests.helpers.train import assert_grads_close
+from tests.helpers.video_packs import (
+    adapter_inputs,
+    assert_bucket_positions_are_packed,
+    assert_packed_equals_alone,
+    assert_positions_are_the_rope_index,
+)
 from tests.video.qwen_video_corpus import qwen_video_folder, shard_corpus
 from vlmdata import VLMDataset
-from vlmdata.hf import ModelSpec, block_causal_mask, flash_kwargs, make_adapter, take_meta
+from vlmdata.hf import ModelSpec
 
-TOL = 1e-5
 IDS = [151655, 151652, 151653, 151656]        # image, vision start, vision end, video (the Qwen2 tokenizer's)
 VOCAB = 151936
 
@@ -57,55 +61,9 @@ def model_and_spec(request, tmp_path_factory):
     return tiny_model(folder), spec
 
 
-def _inputs(spec, pack: dict) -> dict:
-    adapter = make_adapter(spec, "sdpa")
-    host = adapter({k: v for k, v in pack.items() if k != "_root"})
-    take_meta(host)
-    return adapter.finalize(host)
-
-
-def _samples(spec, inputs: dict) -> list[dict]:
-    """Each packed sample alone: its slices of ids, labels and pixels, with mm_token_type_ids and no positions
-    (the model computes its own)."""
-    cu = inputs["cu_seq_lens_q"].tolist()
-    ids, labels = inputs["input_ids"][0], inputs["labels"][0]
-    out, im, vid, im_row, vid_row = [], 0, 0, 0, 0
-    for a, b in zip(cu[:-1], cu[1:]):
-        s_ids = ids[a:b]
-        types = (s_ids == spec.image_token_id).long() + 2 * (s_ids == spec.video_token_id).long()
-        one = {"input_ids": s_ids[None], "labels": labels[a:b][None], "mm_token_type_ids": types[None]}
-        for kind, grid_key, rows_key, tok in (("image", "image_grid_thw", "pixel_values", 1),
-                                              ("video", "video_grid_thw", "pixel_values_videos", 2)):
-            n = _runs(types == tok)
-            if not n:
-                continue
-            first = im if kind == "image" else vid
-            grid = inputs[grid_key][first:first + n]
-            rows = int(grid.prod(dim=1).sum())
-            at = im_row if kind == "image" else vid_row
-            one[grid_key], one[rows_key] = grid, inputs[rows_key][at:at + rows]
-            if kind == "image":
-                im, im_row = im + n, im_row + rows
-            else:
-                if "second_per_grid_ts" in inputs:
-                    one["second_per_grid_ts"] = inputs["second_per_grid_ts"][first:first + n]
-                vid, vid_row = vid + n, vid_row + rows
-        out.append(one)
-    return out
-
-
-def _runs(mask: torch.Tensor) -> int:
-    m = torch.cat([torch.zeros(1, dtype=torch.long), mask.long()])
-    return int(((m[1:] - m[:-1]) == 1).sum())
-
-
-def _count(inputs: dict) -> int:
-    return int((inputs["labels"][0, 1:] != -100).sum())
-
-
 def test_video_fields_reach_the_model_in_its_layout(model_and_spec, pack):
     _, spec = model_and_spec
-    inputs = _inputs(spec, pack)
+    inputs = adapter_inputs(spec, pack)
     assert inputs["pixel_values_videos"].dtype == torch.float32
     assert inputs["pixel_values_videos"].shape == (int(inputs["video_grid_thw"].prod(dim=1).sum()), 3 * 2 * 14 * 14)
     assert ("second_per_grid_ts" in inputs) == (spec.family == "qwen2.5-vl")
@@ -118,59 +76,14 @@ def test_video_fields_reach_the_model_in_its_layout(model_and_spec, pack):
 
 def test_positions_equal_the_models_rope_index_per_sample(model_and_spec, pack):
     model, spec = model_and_spec
-    inputs = _inputs(spec, pack)
-    cu = inputs["cu_seq_lens_q"].tolist()
-    videos_seen = 0
-    for (a, b), one in zip(zip(cu[:-1], cu[1:]), _samples(spec, inputs)):
-        kw = {k: one[k] for k in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts") if k in one}
-        want, _ = model.model.get_rope_index(one["input_ids"], one["mm_token_type_ids"], **kw)
-        assert torch.equal(inputs["position_ids"][:, 0, a:b], want[:, 0])
-        videos_seen += len(one.get("video_grid_thw", []))
-    assert videos_seen == 5
+    assert assert_positions_are_the_rope_index(model, spec, adapter_inputs(spec, pack)) == 5
 
 
 def test_packed_equals_sum_of_samples_and_a_moved_boundary_fails(model_and_spec, pack):
     model, spec = model_and_spec
-    inputs = _inputs(spec, pack)
-    count = _count(inputs)
-    model.zero_grad(set_to_none=True)
-    loss = model(**inputs, num_items_in_batch=count).loss
-    loss.backward()
-    packed_loss, packed_grads = float(loss.detach()), _grads(model)
-    model.zero_grad(set_to_none=True)
-    alone_loss = 0.0
-    for one in _samples(spec, inputs):
-        out = model(**one, num_items_in_batch=count)
-        out.loss.backward()
-        alone_loss += float(out.loss.detach())
-    alone_grads = _grads(model)
-    assert abs(packed_loss - alone_loss) <= TOL * max(1.0, abs(alone_loss))
-    assert_grads_close(packed_grads, alone_grads, rel=TOL)
-    assert any(n.startswith("model.visual") for n in packed_grads)          # the vision tower trained
-    cu = inputs["cu_seq_lens_q"].clone()
-    cu[1] += int(cu[2] - cu[1]) // 2                                         # sample 0 swallows half of sample 1
-    shifted = dict(inputs, **flash_kwargs(cu, int((cu[1:] - cu[:-1]).max())))
-    shifted["attention_mask"] = block_causal_mask(cu, inputs["input_ids"].shape[1])
-    with torch.no_grad():
-        wrong = float(model(**shifted, num_items_in_batch=count).loss)
-    assert abs(wrong - alone_loss) > TOL * max(1.0, abs(alone_loss))
+    assert_packed_equals_alone(model, spec, adapter_inputs(spec, pack))
 
 
 def test_bucket_rows_get_the_positions_of_their_packed_samples(model_and_spec, pack):
     """Bucket mode (rows padded to the longest): each row's M-RoPE positions are its packed sample's."""
-    from vlmdata.loading import DatasetOptions
-
-    _, spec = model_and_spec
-    inputs = _inputs(spec, pack)
-    cu = inputs["cu_seq_lens_q"].tolist()
-    packed = {k: inputs["position_ids"][:, 0, a:b] for k, a, b in zip(pack["sample_keys"], cu[:-1], cu[1:])}
-    root = pack["_root"]
-    rows = 0
-    adapter = make_adapter(spec, "sdpa")
-    for b in VLMDataset(root, max_tokens=8192, options=DatasetOptions(mode="bucket")):
-        host = adapter(b)
-        for i, key in enumerate(b["sample_keys"]):
-            n = int(b["lengths"][i])
-            assert torch.equal(host["position_ids"][:, i, :n], packed[key]), key
-            rows += 1
-    assert rows == 6
+    assert assert_bucket_positions_are_packed(model_and_spec[1], pack, pack["_root"]) == 6

@@ -138,3 +138,27 @@ def test_an_oversized_stored_text_is_a_counted_skip_never_read(folders, tmp_path
     assert pools == [die_with_parent]
     ds = VLMDataset(str(tmp_path / "ds"), max_tokens=1 << 12, max_images=8, text_view="q")
     assert sorted(k for b in ds for k in b["sample_keys"]) == ["r0", "r1", "r2", "r4", "r5"]
+
+
+@pytest.mark.slow
+def test_a_pan_and_scan_view_writes_each_images_text_from_its_stored_size(tmp_path):
+    """Gemma 3 with pan-and-scan, whose text before an image depends on the image's size: a view retokenized
+    from a dataset sharded without it equals sharding with it (the index's stored sizes reach the text)."""
+    from tests.helpers.gemma3 import shard_corpus
+    from vlmdata.testing import gemma3_folder
+
+    small = {"image_size": 224, "tokens_per_image": 16}
+    pas = gemma3_folder(tmp_path / "pas", do_pan_and_scan=True, **small)
+    rows, _, direct = shard_corpus(pas, tmp_path / "direct")
+    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "a"), tokenizer=str(gemma3_folder(
+        tmp_path / "off", **small)), workers=0, max_samples_per_shard=5))
+    result = retokenize_dataset(RetokenizeConfig(dataset=str(tmp_path / "a"), tokenizer=str(pas), view="pas",
+                                                 workers=0))
+    assert result.skipped == {} and result.encoded == result.samples
+    via_view = _all_samples(VLMDataset(str(tmp_path / "a"), max_tokens=1 << 16, max_images=64, text_view="pas"))
+    want = _all_samples(VLMDataset(str(direct), max_tokens=1 << 16, max_images=64))
+    plain = _all_samples(VLMDataset(str(tmp_path / "a"), max_tokens=1 << 16, max_images=64))
+    assert via_view.keys() == want.keys() == plain.keys()
+    assert sum(len(want[k][0]) != len(plain[k][0]) for k in want) >= 3          # crops changed some samples
+    for k in want:
+        assert np.array_equal(via_view[k][0], want[k][0]) and np.array_equal(via_view[k][1], want[k][1])

@@ -160,7 +160,7 @@ def test_verify_strict_catches_a_garbage_body_pillow_decodes(root):
     Image.open(io.BytesIO(garbage_body_jpeg())).load()                   # the loader's decoder takes it
     rows = [llava(0), llava(1, "imgs/noise.jpg"), llava(2)]
     (root / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    for verify in ("none", "decode"):
+    for verify in ("none", "structure", "decode"):
         m = shard(root / "d.jsonl", root / f"plain-{verify}", verify=verify)
         assert m.num_samples == 3 and m.stats["skipped"] == {}, verify
     m = shard(root / "d.jsonl", root / "verified", verify="strict")
@@ -203,5 +203,7 @@ def test_resume_of_a_run_started_before_the_access_settings(root):
     config.write_text(json.dumps(old))      # "verify" absent: the header checks of then, today's "none"
     m = shard(root / "d.jsonl", root / "out", max_samples_per_shard=2, resume=True, verify="none")
     assert m.stats["resumed_jobs"] == 2
+    m = shard(root / "d.jsonl", root / "out", max_samples_per_shard=2, resume=True)   # no --verify: the first run's
+    assert m.stats["resumed_jobs"] == 2
     with pytest.raises(ConfigError, match="different settings .*image_check"):
-        shard(root / "d.jsonl", root / "out", max_samples_per_shard=2, resume=True)
+        shard(root / "d.jsonl", root / "out", max_samples_per_shard=2, resume=True, verify="structure")

@@ -1,4 +1,4 @@
-"""keys.lmdb: bulk-loaded in key order (duplicates kept, also when they straddle merged blocks), read-only and
+"""keys.lmdb: bulk-loaded in key order (duplicates kept, also when added out of location order), read-only and
 lock-free by many processes at once, metadata checked, pickled readers reopen."""
 import multiprocessing
 import os
@@ -31,14 +31,16 @@ def test_every_key_and_every_duplicate_is_found(tmp_path):
     assert not os.path.exists(str(tmp_path / "k.lmdb") + "-lock")        # no lock file, written or read
 
 
-def test_duplicates_straddling_merged_blocks_out_of_order_are_kept(tmp_path):
-    # the key "dup" ends one run's first block and starts several other blocks: the merge emits its copies
-    # in more than one block, not in location order; the loader must still store all of them
-    keys = [b"dup"] * 5 + [f"a{i:03d}".encode() for i in range(40)] + [b"dup"] * 5 + [b"z"]
-    stats = build(tmp_path / "k.lmdb", keys, shard_of_row=7, run_keys=6, block=2)
+def test_duplicates_added_out_of_location_order_are_kept(tmp_path):
+    # blocks in key order whose copies of "dup" are not in location order (a caller that added pairs out of
+    # shard order): the loader must still store all of them, in location order
+    loc = encode_locations
+    blocks = [(np.asarray([b"a", b"dup"], dtype="S"), np.concatenate([loc(0, [0]), loc(3, [0])])),
+              (np.asarray([b"dup", b"dup", b"z"], dtype="S"), np.concatenate([loc(1, [0]), loc(2, [5]), loc(0, [1])]))]
+    stats = write_key_index(str(tmp_path / "k.lmdb"), blocks, {})
     ix = KeyIndex(str(tmp_path / "k.lmdb"))
-    expected = sorted((i // 7, i % 7) for i, k in enumerate(keys) if k == b"dup")
-    assert ix.locations("dup") == expected and stats["entries"] == len(keys)
+    assert ix.locations("dup") == [(1, 0), (2, 5), (3, 0)] and ix.locations("z") == [(0, 1)]
+    assert stats["entries"] == len(ix) == 5 and stats["duplicates"] == 2
 
 
 def read_many(path, keys, out):

@@ -11,14 +11,21 @@ import numpy as np
 import pytest
 
 from tests.helpers.models import qwen_folder_or_skip
-from tests.video.qwen_video_corpus import VIDEO_CONFIG, qwen_video_folder, shard_corpus
+from tests.video.qwen_video_corpus import (
+    CLIPS_OF,
+    VIDEO_CONFIG,
+    assert_bucket_rows_are_fast_pack_samples,
+    assert_planned_lengths_are_built,
+    by_key,
+    packs,
+    qwen_video_folder,
+    shard_corpus,
+)
 from vlmdata import VLMDataset
 from vlmdata.formats import Manifest, SampleIndex
-from vlmdata.plan import sample_lengths
 from vlmdata.video import VideoPolicy, flatten_video, probe_clip
 
 VIDEO_PAD, IMAGE_PAD = 151656, 151655
-CLIPS_OF = {"v_h264": ["h264.mp4"], "v_mix": ["vp9.webm"], "v_two": ["short.mkv", "vfr.mp4"], "v_long": ["long.mp4"]}
 
 
 @pytest.fixture(scope="module")
@@ -33,30 +40,6 @@ def policy() -> VideoPolicy:
     return VideoPolicy(fps=VIDEO_CONFIG["fps"], min_frames=VIDEO_CONFIG["min_frames"],
                        max_frames=VIDEO_CONFIG["max_frames"], min_pixels=size["shortest_edge"],
                        max_pixels=size["longest_edge"])
-
-
-def packs(ds_path: str, **kw) -> list[dict]:
-    return list(VLMDataset(ds_path, max_tokens=kw.pop("max_tokens", 4096), **kw))
-
-
-def by_key(batches: list[dict]) -> dict[str, dict]:
-    """Per sample: its ids and its clips' grids / rows, from the packs."""
-    out = {}
-    for b in batches:
-        cu = b["cu_seqlens"].tolist()
-        grids = b["video_grid"].tolist() if "video_grid" in b else []
-        rows = b["pixel_values_videos"].numpy() if "pixel_values_videos" in b else None
-        spans = b["second_per_grid_ts"].tolist() if "second_per_grid_ts" in b else []
-        v = at = 0
-        for i, key in enumerate(b["sample_keys"]):
-            ids = b["input_ids"][cu[i]:cu[i + 1]].numpy()
-            n = len(CLIPS_OF.get(key, []))
-            mine = grids[v:v + n]
-            size = sum(t * h * w for t, h, w in mine)
-            out[key] = {"ids": ids, "grids": mine, "spans": spans[v:v + n],
-                        "rows": rows[at:at + size] if rows is not None else None}
-            v, at = v + n, at + size
-    return out
 
 
 def test_the_manifest_and_stored_ids_hold_one_video_token_per_clip(dataset):
@@ -101,33 +84,12 @@ def test_loaded_samples_expand_each_clip_to_the_policys_tokens_grid_and_pixels(d
 def test_planned_lengths_equal_built_lengths(dataset, max_tokens):
     """The planner's count (text + image + video tokens, from planning.npz) is each sample's built length; at
     400 tokens the long clip's sample does not fit and is dropped by the plan, never cut inside its video."""
-    ds_path, _ = dataset
-    ds = VLMDataset(ds_path, max_tokens=max_tokens)
-    cols = ds.sources[0].planning.load()
-    assert "video_tokens" in cols and int(cols["video_tokens"].sum()) > 0
-    m = Manifest.load(ds_path)
-    keys = [k.decode() for s in m.shards for k in SampleIndex.load(os.path.join(ds_path, s.index)).key]
-    planned = dict(zip(keys, sample_lengths(cols, np.arange(len(keys)), ds.policy)[0].tolist()))
-    built = {}
-    for b in ds:
-        cu = b["cu_seqlens"].tolist()
-        assert cu[-1] <= max_tokens
-        built.update({k: cu[i + 1] - cu[i] for i, k in enumerate(b["sample_keys"])})
-        assert b["stats"]["truncated"] == 0
-    assert built == {k: v for k, v in planned.items() if v <= max_tokens}
-    assert len(built) == (6 if max_tokens == 4096 else sum(v <= max_tokens for v in planned.values()))
+    assert_planned_lengths_are_built(dataset[0], max_tokens)
 
 
 def test_the_per_sample_path_expands_videos_as_the_fast_path(dataset):
     """Bucket mode (the per-sample path, prepare_sample) gives every sample the ids of the pack fast path."""
-    ds_path, _ = dataset
-    fast = by_key(packs(ds_path))
-    from vlmdata.loading import DatasetOptions
-
-    for b in VLMDataset(ds_path, max_tokens=4096, options=DatasetOptions(mode="bucket")):
-        for i, key in enumerate(b["sample_keys"]):
-            n = int(b["lengths"][i])
-            assert np.array_equal(b["input_ids"][i, :n].numpy(), fast[key]["ids"]), key
+    assert_bucket_rows_are_fast_pack_samples(dataset[0])
 
 
 def test_a_clip_that_no_longer_decodes_costs_only_its_sample(dataset, tmp_path):

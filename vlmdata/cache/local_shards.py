@@ -2,7 +2,8 @@
 
 `map_local_shard(ref)` maps the file read-only (an mmap, which the sample readers slice
 without copying) after checking its size against the manifest, and checks its CRC32 only on
-the first open of this file in this process tree (`cache.verified`). Reading the whole shard
+the first open of this file in this process tree (`cache.verified`), reading the file (not the
+map) for it, so the check leaves no page of the shard mapped in the process. Reading the whole shard
 into private memory instead cost a full copy per open and made every DataLoader worker hold
 its windows of shards privately (tools/profile_loader.py, BENCHMARKS.md issue 16).
 
@@ -42,6 +43,27 @@ class MappedShard(mmap.mmap):
         """True when the mapped file was written (or truncated) after it was opened."""
         return _identity(os.fstat(self._fd)) != self._identity
 
+    def read_into(self, dst, offset: int) -> int:
+        """Copy the file's bytes at `offset` into the writable buffer `dst` with pread (the kernel copies
+        from the page cache: no page of the map is touched, so none counts in this process's memory);
+        returns the bytes read, fewer than `dst` holds only when the file got shorter."""
+        return os.preadv(self._fd, [dst], offset)
+
+    def crc32(self, chunk: int = 1 << 20) -> int:
+        """CRC32 of the mapped file's bytes, read with pread in chunks into one small buffer: like
+        `read_into`, no page of the map is touched, so checking a shard does not make this process hold
+        all of its pages (a window of shards, checked at once, counted in every worker's PSS)."""
+        buf = bytearray(chunk)
+        view = memoryview(buf)
+        crc, offset = 0, 0
+        while offset < len(self):
+            n = os.preadv(self._fd, [view[:min(chunk, len(self) - offset)]], offset)
+            if n == 0:
+                break                               # the file got shorter: the CRC cannot match
+            crc = zlib.crc32(view[:n], crc)
+            offset += n
+        return crc & 0xFFFFFFFF
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
@@ -68,7 +90,7 @@ def map_local_shard(path: str, size: int | None, crc32: int | None, label: str |
     if crc32 is not None:
         ident = file_identity(path, st, crc32)
         if ident not in VERIFIED:
-            crc = zlib.crc32(data) & 0xFFFFFFFF
+            crc = data.crc32() if isinstance(data, MappedShard) else zlib.crc32(data) & 0xFFFFFFFF
             if crc != crc32:
                 raise CorruptShardError(f"{label}: crc32 {crc:#010x}, expected {crc32:#010x}")
             VERIFIED.add(ident)

@@ -63,10 +63,12 @@ def register(subparsers) -> None:
     p.add_argument("--max-image-bytes", type=parse_size, default=DEFAULT_MAX_IMAGE_BYTES,
                    help="skip image (and caption) files larger than this, e.g. 64M (default 64M); "
                         "never read past it")
-    p.add_argument("--verify", choices=VERIFY_MODES, default=VERIFY_MODES[0],
-                   help="decode (default): keep an image exactly when the loader's decoder decodes it (JPEGs at "
-                        "1/8 scale, cheap); strict: also refuse JPEGs libjpeg warns about; none: header checks "
-                        "only (bad bodies are left for the loader to count)")
+    p.add_argument("--verify", choices=VERIFY_MODES, default=None,
+                   help="structure (default): keep a JPEG/PNG whose structure is clean without decoding it, decode "
+                        "every other file and every odd one with the loader's decoder (see docs/shard-gate.md); "
+                        "decode: decode every image as the loader would (JPEGs at 1/8 scale); strict: also refuse "
+                        "JPEGs libjpeg warns about; none: header checks only (bad bodies are left for the loader "
+                        "to count); a resumed run keeps its first run's mode unless one is given")
     p.add_argument("--max-video-bytes", type=parse_size, default=DEFAULT_MAX_VIDEO_BYTES,
                    help="skip video clips larger than this, e.g. 512M (default 1G); never read past it")
     p.add_argument("--max-video-seconds", type=float, default=ClipLimits.max_duration_s,

@@ -182,6 +182,7 @@ class MemmapShard:
         off = footer["offsets"]
         self.index = index
         self.image_size = s
+        self.images_offset = off["images"]          # byte offset of image row 0 in the shard
         self.images = buf[off["images"]:off["images"] + m * s * s * 3].reshape(m, s, s, 3)
         self.ids = buf[off["ids"]:off["ids"] + 4 * t].view(np.int32)
         self.loss = buf[off["loss"]:off["loss"] + t]

@@ -24,11 +24,11 @@ What reaches `forward` (pack mode; B = 1, T tokens, N patches, n images):
 | key | Qwen2-VL / Qwen2.5-VL / Qwen3-VL | LLaVA-1.5 |
 |---|---|---|
 | `input_ids`, `labels` | int64 [1, T] | int64 [1, T] |
-| `mm_token_type_ids` | Qwen3-VL: int64 [1, T], 1 on image tokens | — |
+| `mm_token_type_ids` | Qwen3-VL: int64 [1, T], 1 on image tokens, 2 on video tokens | — |
 | `position_ids` | int64 [3, 1, T] (M-RoPE, per sample) | int64 [1, T] (restart per sample) |
 | `pixel_values` | [N, 3*t*p*p] normalised (processor layout) | [n, 3, S, S] normalised |
 | `image_grid_thw` | int64 [n, 3] | — |
-| `pixel_values_videos` | Qwen2-VL / 2.5-VL: [V, 3*t*p*p] normalised, clip after clip | — |
+| `pixel_values_videos` | [V, 3*t*p*p] normalised, clip after clip | — |
 | `video_grid_thw` | int64 [v, 3] | — |
 | `second_per_grid_ts` | Qwen2.5-VL: float32 [v] | — |
 | `cu_seq_lens_q/k`, `max_length_q/k` | int32 [n+1], int | int32 [n+1], int |
@@ -186,8 +186,8 @@ class HFBatchAdapter:
 
 
 class QwenVLAdapter(HFBatchAdapter):
-    """Qwen2-VL and Qwen2.5-VL: flattened patches + image_grid_thw, videos' patches + video_grid_thw
-    (+ second_per_grid_ts for Qwen2.5-VL), 3-D M-RoPE positions with time."""
+    """Qwen2-VL and Qwen2.5-VL (and Qwen3-VL's base): flattened patches + image_grid_thw, videos' patches +
+    video_grid_thw (+ second_per_grid_ts for Qwen2.5-VL), 3-D M-RoPE positions with time."""
 
     family = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
 
@@ -221,6 +221,10 @@ class QwenVLAdapter(HFBatchAdapter):
         tps = self.spec.tokens_per_second if self.spec.tokens_per_second is not None else 4   # the config default
         return host["second_per_grid_ts"].to(torch.float32) * tps
 
+    def rope_video_grids(self, host: dict) -> torch.Tensor | None:
+        """The video grids the rope index walks: one per video."""
+        return host.get("video_grid_thw")
+
     def still_images(self, pack: dict, pixels: torch.Tensor) -> dict:
         spec = self.spec
         if pixels.dim() == 4:
@@ -237,7 +241,7 @@ class QwenVLAdapter(HFBatchAdapter):
     def positions(self, pack: dict, host: dict) -> torch.Tensor:
         grid = host.get("image_grid_thw")
         ids = pack["input_ids"]
-        video = {"video_grid_thw": host.get("video_grid_thw"), "video_token_id": self.spec.video_token_id,
+        video = {"video_grid_thw": self.rope_video_grids(host), "video_token_id": self.spec.video_token_id,
                  "video_interval": self.video_interval(host)}
         if "cu_seqlens" in pack:
             pos = mrope_position_ids(ids, pack["cu_seqlens"], grid, self.spec.image_token_id, self.spec.merge_size,
@@ -266,16 +270,28 @@ class QwenVLAdapter(HFBatchAdapter):
 
 
 class Qwen3VLAdapter(QwenVLAdapter):
-    """Qwen3-VL: Qwen2-VL's inputs (its rope index gives still images the same positions) plus the
-    processor's `mm_token_type_ids` (1 on image tokens, else 0), which the model asks for whenever it
-    computes positions itself."""
+    """Qwen3-VL: Qwen2-VL's inputs plus the processor's `mm_token_type_ids` (1 on image tokens, 2 on video
+    tokens, else 0), which the model asks for whenever it computes positions itself. Its rope index takes
+    each temporal patch of a video as a one-frame grid (t = 1, the timestamps between them are text)."""
 
     family = ("qwen3-vl",)
 
     def __call__(self, pack: dict) -> dict:
         out = super().__call__(pack)
-        out["mm_token_type_ids"] = (out["input_ids"] == self.spec.image_token_id).to(torch.int64)
+        ids = out["input_ids"]
+        kinds = (ids == self.spec.image_token_id).to(torch.int64)
+        if self.spec.video_token_id is not None:
+            kinds[ids == self.spec.video_token_id] = 2
+        out["mm_token_type_ids"] = kinds
         return out
+
+    def rope_video_grids(self, host: dict) -> torch.Tensor | None:
+        grid = host.get("video_grid_thw")
+        if grid is None:
+            return None
+        frames = torch.repeat_interleave(grid, grid[:, 0], dim=0)
+        frames[:, 0] = 1
+        return frames
 
 
 class LlavaAdapter(HFBatchAdapter):

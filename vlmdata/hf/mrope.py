@@ -11,6 +11,8 @@ The model's rope-index rule, applied to one sample:
 - a video with an LLM grid (t, h, w) takes, for its token at (i, j, k), (p + floor(i * interval), p + j,
   p + k), interval = 1 for Qwen2-VL and tokens_per_second * second_per_grid_t for Qwen2.5-VL (in float32,
   as the model multiplies), then p += max(h, w) as for an image;
+  Qwen3-VL's rope index instead takes each temporal patch as its own (1, h, w) grid (its `<t seconds>`
+  timestamps are text between them): the caller passes those per-frame grids (`Qwen3VLAdapter`);
 - p starts at 0.
 
 In a pack every sample restarts at 0, exactly as if the model computed its

@@ -2,7 +2,13 @@
 
 `check_image(data, max_pixels, verify)` decides, by `verify` (`vlmdata shard --verify`):
 
-- "decode" (the default): `vlmdata.decode.probe.probe_decode`, the loader's
+- "structure" (the default): `vlmdata.decode.structure.clean_structure` keeps
+  a JPEG or PNG whose container is clean (segments, entropy-coded stuffing,
+  end marker; PNG chunk CRCs) without decoding it; every other file, and every
+  JPEG or PNG with anything odd, gets the "decode" check below, so nothing the
+  loader decodes is refused and a garbage body is refused. What it does not
+  prove (the Huffman codes, the zlib stream) is counted at load time.
+- "decode": `vlmdata.decode.probe.probe_decode`, the loader's
   own Pillow call with its formats and its `LOAD_TRUNCATED_IMAGES`, at 1/8
   scale for JPEG (see that module). Every format Pillow opens but EPS is kept
   when it decodes (PPM/PGM/PBM, ICO, BMP, GIF, TIFF, WebP, JPEG 2000, ...); a
@@ -42,6 +48,7 @@ import warnings
 from dataclasses import dataclass
 
 from vlmdata.decode.probe import open_image, probe_decode, scrub
+from vlmdata.decode.structure import clean_structure
 from vlmdata.errors import ImageProblem, Skip
 from vlmdata.formats.sample import EncodedImage
 from vlmdata.orientation import displayed_size, read_orientation
@@ -51,7 +58,7 @@ MAX_IMAGES_PER_SAMPLE = 32_767   # the sample index stores a sample's image coun
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 _NO_LENGTH = {0x01, 0xD0, 0xD1, 0xD2, 0xD3, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8}
 EXIF_ORIENTATION = 0x0112
-VERIFY_MODES = ("decode", "strict", "none")   # the first is the default (see the module docstring)
+VERIFY_MODES = ("structure", "decode", "strict", "none")   # the first is the default (see the module docstring)
 _KINDS = {"JPEG": "jpg", "MPO": "jpg", "PNG": "png", "GIF": "gif", "WEBP": "webp", "BMP": "bmp", "TIFF": "tiff",
           "JPEG2000": "jp2"}   # Pillow format -> the extension a kept image is written with (else format.lower())
 
@@ -172,12 +179,8 @@ def check_image(data: bytes, max_pixels: int, verify: str = VERIFY_MODES[0]) -> 
     if verify == "none":
         kind, size = _header_only(data)
     else:
-        try:
-            fmt, size = probe_decode(data, max_pixels)
-        except ImageProblem as exc:   # a known signature Pillow cannot open: its header is broken
-            if exc.reason == Skip.NOT_AN_IMAGE and sniff(data) is not None:
-                raise ImageProblem(Skip.BAD_IMAGE_HEADER, f"{sniff(data)} header cannot be read") from None
-            raise
+        clean = clean_structure(data) if verify == "structure" else None
+        fmt, size = clean or _decoded(data, max_pixels)
         kind = _KINDS.get(fmt, fmt.lower())
         if verify == "strict" and kind == "jpg":
             _strict_jpeg(data)
@@ -187,6 +190,16 @@ def check_image(data: bytes, max_pixels: int, verify: str = VERIFY_MODES[0]) -> 
         return kind, size[0], size[1]
     w, h = displayed_size(size[0], size[1], read_orientation(data))
     return kind, w, h
+
+
+def _decoded(data: bytes, max_pixels: int) -> tuple[str, tuple[int, int]]:
+    """(Pillow format, stored size) when the loader's Pillow call decodes `data`, else ImageProblem."""
+    try:
+        return probe_decode(data, max_pixels)
+    except ImageProblem as exc:   # a known signature Pillow cannot open: its header is broken
+        if exc.reason == Skip.NOT_AN_IMAGE and sniff(data) is not None:
+            raise ImageProblem(Skip.BAD_IMAGE_HEADER, f"{sniff(data)} header cannot be read") from None
+        raise
 
 
 def _header_only(data: bytes) -> tuple[str, tuple[int, int]]:

@@ -183,7 +183,7 @@ class _Sampler:
         videos = self._videos(sample, root)
         require_video_policy(self.text, len(videos))
         try:
-            tokens = self.text.encode(sample.to_conversation())
+            tokens = self.text.encode(replace(sample.to_conversation(), image_sizes=tuple(sizes)))
         except TemplateError as exc:
             raise RowProblem(Skip.TEMPLATE_ERROR, str(exc)) from None
         except ValueError as exc:

@@ -26,7 +26,7 @@ import struct
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from fsspec.core import url_to_fs
@@ -155,7 +155,9 @@ def _texts(task: _Task, ix: SampleIndex, reader: RangeReader) -> list:
     return [_TOO_LARGE if big else next(got) if w else None for w, big in zip(want.tolist(), large.tolist())]
 
 
-def _conversation(task: _Task, raw, key: str, n_images: int) -> Conversation:
+def _conversation(task: _Task, raw, key: str, sizes: tuple[tuple[int, int], ...]) -> Conversation:
+    """The sample's conversation from its stored text, with its images' stored sizes."""
+    n_images = len(sizes)
     if raw is _TOO_LARGE:
         raise RowProblem(Skip.TEXT_TOO_LARGE, f"stored text over the {task.max_text_bytes}-byte limit "
                                               "(--max-text-bytes)")
@@ -164,7 +166,8 @@ def _conversation(task: _Task, raw, key: str, n_images: int) -> Conversation:
     if task.layout.get("text", "tok.npy") != "tok.npy":   # a caption member of a shard indexed in place
         text = json.loads(raw)[task.layout.get("json_field", "caption")] if task.layout["text"] == "json" \
             else raw.decode("utf-8")
-        return Conversation(messages_from_turns([("user", ""), ("assistant", str(text))], n_images), n_images)
+        return Conversation(messages_from_turns([("user", ""), ("assistant", str(text))], n_images), n_images,
+                            image_sizes=sizes)
     try:
         row = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -172,7 +175,7 @@ def _conversation(task: _Task, raw, key: str, n_images: int) -> Conversation:
     conv = normalize(row, key, task.columns, native=True).to_conversation()
     if conv.n_images != n_images:
         raise RowProblem(Skip.MARKER_MISMATCH, f"the record names {conv.n_images} images, the shard holds {n_images}")
-    return conv
+    return replace(conv, image_sizes=sizes)
 
 
 def _run_shard(task: _Task) -> dict:
@@ -198,7 +201,8 @@ def _run_shard(task: _Task) -> dict:
 
     for i, raw in enumerate(raws):
         try:
-            conv = _conversation(task, raw, keys[i], int(ix.n_images[i]))
+            at = ix.image_slice(i)
+            conv = _conversation(task, raw, keys[i], tuple(zip(ix.width[at].tolist(), ix.height[at].tolist())))
             require_video_policy(encoder, conv.n_videos)   # a view whose model lays out no videos: no tokens
             if conv.n_videos:      # planning.npz's video_tokens follow the dataset's own family, not the view's
                 raise RowProblem(Skip.VIDEO_UNSUPPORTED, f"{conv.n_videos} clip(s): text views of samples with "

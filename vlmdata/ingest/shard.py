@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from fsspec.core import url_to_fs
 
@@ -90,7 +90,8 @@ class ShardConfig:
     allow_hosts: tuple[str, ...] = ()            # with allow_remote: only these hosts / buckets
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
     remote_timeout: float = DEFAULT_REMOTE_TIMEOUT
-    verify: str = VERIFY_MODES[0]                # the shard gate's image check (ingest.images: decode/strict/none)
+    verify: str | None = None                    # the shard gate's image check (ingest.images: structure/decode/
+    #                                              strict/none); None: a resumed run's first mode, else structure
     dedup_against: list[str] = field(default_factory=list)   # datasets whose keys are skipped as duplicates
     max_skip_fraction: float = 1.0               # TooManySkipsError above it, after writing (1: never)
     max_video_bytes: int = DEFAULT_MAX_VIDEO_BYTES               # larger clips: file_too_large, never read past it
@@ -144,7 +145,7 @@ def _check_config(cfg: ShardConfig) -> None:
         raise ConfigError("--resize-max-side must be >= 1")
     if cfg.workers is not None and cfg.workers < 0:
         raise ConfigError("--workers must be >= 0")
-    if cfg.verify not in VERIFY_MODES:
+    if cfg.verify is not None and cfg.verify not in VERIFY_MODES:
         raise ConfigError(f"unknown --verify {cfg.verify!r}; use one of {', '.join(VERIFY_MODES)}")
     check_skip_fraction(cfg.max_skip_fraction)
     for flag, value in (("--max-video-bytes", cfg.max_video_bytes), ("--max-video-seconds", cfg.max_video_seconds),
@@ -201,18 +202,35 @@ def _open_dedup(cfg: ShardConfig) -> RunDedup:
     return RunDedup(path, against)
 
 
+def _first_run_settings(cfg: ShardConfig) -> dict | None:
+    """The settings stored by the run `cfg.output` holds (with the defaults of settings added since), or None."""
+    config_url = fsutil.join(cfg.output, JOBS_DIR, "config.json")
+    if not fsutil.exists(config_url, cfg.storage_options):
+        return None
+    old = json.loads(fsutil.read_bytes(config_url, cfg.storage_options))
+    # runs started before these settings existed used their defaults
+    old = {"access": json.loads(json.dumps(asdict(AccessPolicy()))), "train_on": "assistant", **old}
+    if "image_check" not in old:   # stored as "verify" before the gate followed the decoders
+        old["image_check"] = LEGACY_VERIFY.get(old.pop("verify", "header"), "?")
+    return old
+
+
+def _image_check(cfg: ShardConfig) -> str:
+    """`--verify` as given; not given: the first run's mode when resuming one, else the default (structure)."""
+    if cfg.verify is not None:
+        return cfg.verify
+    old = _first_run_settings(cfg) if cfg.resume else None
+    return old["image_check"] if old and old["image_check"] in VERIFY_MODES else VERIFY_MODES[0]
+
+
 def _prepare_output(cfg: ShardConfig, fingerprint: dict) -> None:
     so = cfg.storage_options
     config_url = fsutil.join(cfg.output, JOBS_DIR, "config.json")
     has_dataset = fsutil.exists(config_url, so) or fsutil.exists(fsutil.join(cfg.output, MANIFEST_NAME), so)
     if has_dataset and not cfg.resume:
         raise ConfigError(f"{cfg.output} already holds a dataset; pass --resume to continue it or use an empty output")
-    if has_dataset and fsutil.exists(config_url, so):
-        old = json.loads(fsutil.read_bytes(config_url, so))
-        # runs started before these settings existed used their defaults
-        old = {"access": json.loads(json.dumps(asdict(AccessPolicy()))), "train_on": "assistant", **old}
-        if "image_check" not in old:   # stored as "verify" before the gate followed the decoders
-            old["image_check"] = LEGACY_VERIFY.get(old.pop("verify", "header"), "?")
+    old = _first_run_settings(cfg) if has_dataset else None
+    if old is not None:
         fingerprint = json.loads(json.dumps(fingerprint))    # compared as stored (tuples are lists in JSON)
         if old != fingerprint:
             changed = sorted(k for k in fingerprint if old.get(k) != fingerprint[k])
@@ -444,6 +462,7 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
     """
     t0 = time.perf_counter()
     _check_config(cfg)
+    cfg = replace(cfg, verify=_image_check(cfg))
     text = load_text_encoder(cfg.tokenizer, cfg.train_on, cfg.family)
     tokenizer = text.identity()
     _warn_inexact_storage(cfg, tokenizer)

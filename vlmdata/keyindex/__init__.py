@@ -3,6 +3,7 @@ and duplicate keys at shard time in bounded memory."""
 from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "KeyRanges": "buckets",
     "KeyIndexBuilder": "build", "iter_indices": "build", "open_dataset_keys": "build", "rebuild_keys": "build",
     "shard_signature": "build",
     "MAX_KEY_BYTES": "codec", "decode_location": "codec", "encode_key": "codec", "encode_keys": "codec",

@@ -133,7 +133,7 @@ def _put_slice(txn: lmdb.Transaction, db, keys: np.ndarray, vals: np.ndarray, sa
     cur = txn.cursor(db=db)
     consumed, added = cur.putmulti(zip(klist, vlist), dupdata=True, append=True)
     if added != len(klist):
-        # a key's copies straddled two merged blocks out of location order: insert those in place
+        # copies of a key out of location order (pairs not added in location order): insert those in place
         for i in np.flatnonzero(same).tolist():
             cur.put(klist[i], vlist[i], dupdata=True)
 

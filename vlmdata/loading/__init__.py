@@ -8,6 +8,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "build_dataloader": "dataloader",
     "DatasetOptions": "dataset", "VLMDataset": "dataset",
     "make_loader": "loader",
+    "MemmapReader": "memmap_pack", "read_memmap_pack": "memmap_pack",
     "build_pack": "pack_build",
     "PackWriter": "shared_pack", "PackedBatch": "shared_pack", "set_shared_packs": "shared_pack",
     "shared_memory_available": "shared_pack",

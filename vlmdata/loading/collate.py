@@ -39,7 +39,13 @@ from vlmdata.decode.patches import flatten_patches
 from vlmdata.decode.policy import DynamicPolicy, ImagePolicy
 from vlmdata.decode.tiled import is_tiled, sample_args
 from vlmdata.loading.shared_pack import PackedBatch, PackWriter
-from vlmdata.loading.video_pack import declare_videos, fill_videos, video_mask, video_repeats
+from vlmdata.loading.video_pack import (
+    declare_videos,
+    fill_videos,
+    video_mask,
+    video_repeats,
+    write_video_expansions,
+)
 from vlmdata.metrics.counts import StatsDelta
 
 IGNORE = -100
@@ -113,6 +119,7 @@ def prepare_sample(key: str, tokens: np.ndarray, images: list, sizes: list[tuple
     exp_ids = np.repeat(ids, repeats)
     labels = np.repeat(np.where((loss > 0) & ~is_img & ~video_mask(ids, cfg.video_token_id), ids, IGNORE), repeats)
     write_expansions(exp_ids, placeholder_starts(repeats, is_img), sizes, cfg.policy, counts)
+    write_video_expansions(exp_ids, repeats, video_mask(ids, cfg.video_token_id), list(videos))
     if len(labels):
         labels[0] = IGNORE
     return PreparedSample(key, exp_ids, labels, list(images), list(sizes), list(videos)), truncated
@@ -161,8 +168,12 @@ def declare_images(out: PackWriter, parts: list[PreparedSample], cfg: CollateCon
         out.add("image_grid", np.int32, (len(images), 3))
         out.add("vision_cu_seqlens", np.int32, (len(images) + 1,))
         return
-    s = policy.size
-    out.add("pixel_values", np.uint8, (len(images), s, s, 3), permute=(0, 3, 1, 2))   # channels_last
+    declare_fixed_pixels(out, len(images), policy.size)
+
+
+def declare_fixed_pixels(out: PackWriter, n: int, size: int) -> None:
+    """pixel_values of n images of size x size: (n, S, S, 3) in memory, handed out [n, 3, S, S] (channels_last)."""
+    out.add("pixel_values", np.uint8, (n, size, size, 3), permute=(0, 3, 1, 2))
 
 
 def fill_images(arrays: dict, parts: list[PreparedSample], cfg: CollateConfig) -> None:
@@ -204,10 +215,29 @@ def _empty(cfg: CollateConfig) -> PreparedSample:
     return PreparedSample("", np.asarray([cfg.pad_token_id], np.int64), np.asarray([IGNORE], np.int64), [], [])
 
 
-def collate_pack(samples: list[PreparedSample], cfg: CollateConfig, stats: StatsDelta) -> PackedBatch:
-    """One packed sequence (see module docstring). An empty pack holds one padding token."""
+class DecodedPixels:
+    """A pack's pixels from the images its samples hold (declare_images / fill_images): what collate writes
+    unless told otherwise. A pixel writer has `declare(out)` and `fill(arrays) -> bool` (False: the pixels
+    cannot be trusted, the pack is dropped)."""
+
+    def __init__(self, parts: list[PreparedSample], cfg: CollateConfig):
+        self.parts, self.cfg = parts, cfg
+
+    def declare(self, out: PackWriter) -> None:
+        declare_images(out, self.parts, self.cfg)
+
+    def fill(self, arrays: dict) -> bool:
+        fill_images(arrays, self.parts, self.cfg)
+        return True
+
+
+def collate_pack(samples: list[PreparedSample], cfg: CollateConfig, stats: StatsDelta,
+                 pixels=None) -> PackedBatch | None:
+    """One packed sequence (see module docstring). An empty pack holds one padding token. `pixels`: the pixel
+    writer (default: the samples' own images, `DecodedPixels`); None only when its `fill` returns False."""
     real = bool(samples)
     parts = samples if real else [_empty(cfg)]
+    pixels = pixels if pixels is not None else DecodedPixels(parts, cfg)
     lengths = np.asarray([len(s.ids) for s in parts], dtype=np.int64)
     cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     total = int(cu[-1])
@@ -215,7 +245,7 @@ def collate_pack(samples: list[PreparedSample], cfg: CollateConfig, stats: Stats
     for name in ("input_ids", "labels", "position_ids"):
         out.add(name, np.int64, (total,))
     out.add("cu_seqlens", np.int32, (len(cu),))
-    declare_images(out, parts, cfg)
+    pixels.declare(out)
     declare_videos(out, [v for s in parts for v in s.videos])
     a = out.allocate()
     np.concatenate([s.ids for s in parts], out=a["input_ids"])
@@ -223,8 +253,9 @@ def collate_pack(samples: list[PreparedSample], cfg: CollateConfig, stats: Stats
     np.subtract(np.arange(total, dtype=np.int64), np.repeat(cu[:-1].astype(np.int64), lengths),
                 out=a["position_ids"])
     a["cu_seqlens"][:] = cu
-    fill_images(a, parts, cfg)
     fill_videos(a, [v for s in parts for v in s.videos])
+    if not pixels.fill(a):
+        return None
     batch = out.finish({"max_seqlen": int(lengths.max()), "sample_keys": [s.key for s in samples]})
     stats.samples += len(samples)
     stats.images += sum(len(s.images) for s in samples)

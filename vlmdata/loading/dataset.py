@@ -45,6 +45,7 @@ from vlmdata.errors import (
 from vlmdata.keyindex.lookup import FoundSample, find_samples
 from vlmdata.loading.batching import refuse_batching  # noqa: F401  (registers it with default_collate)
 from vlmdata.loading.collate import CollateConfig
+from vlmdata.loading.memmap_pack import read_memmap_pack
 from vlmdata.loading.overlong import LengthTally
 from vlmdata.loading.pack_build import build_pack
 from vlmdata.loading.shard_source import Source, open_source
@@ -188,6 +189,7 @@ class VLMDataset(IterableDataset):
     """
 
     log_lengths = True
+    memmap_pack_reads = True     # memmap packs read whole (loading.memmap_pack); False: sample by sample
 
     def __init__(self, source, seed: int = 0, max_tokens: int = 8192, max_images: int | None = None,
                  image_size: int | ImagePolicy | None = None, rank: int | None = None, world_size: int | None = None,
@@ -209,6 +211,7 @@ class VLMDataset(IterableDataset):
         self.policy = choose_policy(image_size, self.model_family)
         check_tiled_decode(self.policy, decoder, self.options.defer_decode)
         self._check_sources()
+        self._memmap_only = all(s.kind == "memmap" for s in self.sources)
         self.pixels = choose_pixels(self.options.pixels, self.model_family, decoder,
                                     any(s.kind == "memmap" for s in self.sources), self.options.defer_decode)
         max_images, max_patches = choose_pack_limits(self.policy, max_tokens, max_images, max_patches)
@@ -630,6 +633,24 @@ class VLMDataset(IterableDataset):
     def _make_batch(self, samples: np.ndarray, window: _Window, drops: Counter) -> dict:
         stats = StatsDelta()
         stats.skipped.update(drops)
+        batch = self._memmap_pack(samples, window, stats) if self.memmap_pack_reads else None
+        if batch is None:
+            batch = self._read_pack(samples, window, stats)
+        if self._fetcher is not None:                 # in-worker cache counts since the last pack
+            stats.merge(take_fetch_stats(self._fetcher))
+        batch["stats"] = stats.to_dict()
+        return batch
+
+    def _memmap_pack(self, samples: np.ndarray, window: _Window, stats: StatsDelta):
+        """The pack read whole from memmap shards (`loading.memmap_pack`), or None: read it sample by sample."""
+        if self.plan_options.mode != "pack" or not self._memmap_only:
+            return None
+        shards = self.corpus.shard_of(samples)
+        readers = {s: self._reader(s, window) for s in dict.fromkeys(shards.tolist())}
+        return read_memmap_pack(readers, shards, self.corpus.local_of(samples), samples, self.collate_config, stats)
+
+    def _read_pack(self, samples: np.ndarray, window: _Window, stats: StatsDelta):
+        """The pack read sample by sample: records, decoded images, `build_pack`."""
         records = []
         shards, rows = self.corpus.shard_of(samples).tolist(), self.corpus.local_of(samples).tolist()
         for gid, shard, row in zip(samples.tolist(), shards, rows):
@@ -653,11 +674,7 @@ class VLMDataset(IterableDataset):
         if any(r.videos for r in records):               # only the sampled frames, clip by clip
             videos = decode_videos(records, self.collate_config.video_policy, stats)
             decoded = [None if vs is None else ims for ims, vs in zip(decoded, videos)]
-        batch = build_pack(records, decoded, self.collate_config, stats, self.plan_options.mode, videos)
-        if self._fetcher is not None:                 # in-worker cache counts since the last pack
-            stats.merge(take_fetch_stats(self._fetcher))
-        batch["stats"] = stats.to_dict()
-        return batch
+        return build_pack(records, decoded, self.collate_config, stats, self.plan_options.mode, videos)
 
     def _decode(self, records: list, stats: StatsDelta) -> list[list | None]:
         """Per record: its images ready for collate, or None (sample skipped, counted)."""

@@ -180,27 +180,26 @@ class Source:
         return self._text
 
     def reader(self, s: int, data) -> Callable[[int], SampleRecord]:
-        """A function reading sample i of shard s from the shard's whole bytes."""
-        read = self._reader(s, data)
-        if not isinstance(data, MappedShard):
+        """A function reading sample i of shard s from the shard's whole bytes (for a memmap shard a
+        `loading.memmap_pack.MemmapReader`, which also reads whole packs)."""
+        shard = self._memmap_shard(s, data) if self.kind == "memmap" else None
+        read = shard.read_sample if shard is not None else self._tar_reader(s, data)
+        mapped = data if isinstance(data, MappedShard) else None
+        if mapped is not None:
+            read = _unchanged(read, mapped, self.manifest.shards[s].name)
+        if shard is None:
             return read
-        name = self.manifest.shards[s].name
+        from vlmdata.loading.memmap_pack import MemmapReader
 
-        def read_unchanged(i: int) -> SampleRecord:
-            rec = read(i).detached()            # own bytes first, then: were they the checked ones?
-            if data.changed():
-                raise ShardChangedError(f"shard {name} was rewritten in place after it was opened")
-            return rec
+        return MemmapReader(read, shard, mapped)
 
-        return read_unchanged
+    def _memmap_shard(self, s: int, data):
+        from vlmdata.formats.memmap import MemmapShard
 
-    def _reader(self, s: int, data) -> Callable[[int], SampleRecord]:
+        return MemmapShard.from_buffer(data, self.index(s))
+
+    def _tar_reader(self, s: int, data) -> Callable[[int], SampleRecord]:
         ix = self.index(s)
-        if self.kind == "memmap":
-            from vlmdata.formats.memmap import MemmapShard
-
-            shard = MemmapShard.from_buffer(data, ix)
-            return shard.read_sample
         if self.manifest.layout.get("compression") == "gzip":
             try:
                 data = gzip.decompress(bytes(data))
@@ -235,6 +234,18 @@ class Source:
         state["_text"] = None
         state["_view_tokens"] = {}
         return state
+
+
+def _unchanged(read: Callable[[int], SampleRecord], mapped: MappedShard, name: str) -> Callable[[int], SampleRecord]:
+    """`read`, each record copied out of the map and delivered only if the file was not rewritten in place."""
+
+    def read_unchanged(i: int) -> SampleRecord:
+        rec = read(i).detached()            # own bytes first, then: were they the checked ones?
+        if mapped.changed():
+            raise ShardChangedError(f"shard {name} was rewritten in place after it was opened")
+        return rec
+
+    return read_unchanged
 
 
 def open_source(root: str, storage_options: dict | None = None, text_view: str | None = None,

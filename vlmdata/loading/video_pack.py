@@ -1,7 +1,9 @@
 """Videos in a pack: their placeholders' expansion and their pack fields.
 
 Each clip is one `<|video_pad|>` in the stored ids, expanded to the tokens of its decoded layout
-(`video.policy.DecodedVideo.tokens`, equal to the planner's count from the index). Pack fields, present
+(`video.policy.DecodedVideo.tokens`, equal to the planner's count from the index): the video token
+repeated, or the clip's own `expansion` ids (Qwen3-VL: timestamps and frame markers around each
+temporal patch's video tokens), written over the run by `write_video_expansions`. Pack fields, present
 only when the pack holds a clip:
 
     pixel_values_videos  uint8 [rows, 3 * tp * patch * patch]  Qwen's flattened patches, clip after clip
@@ -14,7 +16,7 @@ import numpy as np
 
 from vlmdata.loading.shared_pack import PackWriter
 
-__all__ = ["declare_videos", "fill_videos", "video_mask", "video_repeats"]
+__all__ = ["declare_videos", "fill_videos", "video_mask", "video_repeats", "write_video_expansions"]
 
 
 def video_mask(ids: np.ndarray, video_token_id: int | None) -> np.ndarray:
@@ -27,6 +29,17 @@ def video_mask(ids: np.ndarray, video_token_id: int | None) -> np.ndarray:
 def video_repeats(videos: list) -> np.ndarray:
     """Tokens each clip's placeholder expands to, int64 [n]."""
     return np.fromiter((v.tokens for v in videos), np.int64, len(videos))
+
+
+def write_video_expansions(exp_ids: np.ndarray, repeats: np.ndarray, is_vid: np.ndarray, videos: list) -> None:
+    """Overwrite each clip's run of repeated placeholders (`repeats` per stored id, `is_vid` marking the
+    clips' placeholders) with its `expansion` ids, for clips that have one."""
+    if not any(v.expansion is not None for v in videos):
+        return
+    starts = (np.cumsum(repeats) - repeats)[is_vid]
+    for at, v in zip(starts, videos):
+        if v.expansion is not None:
+            exp_ids[at:at + len(v.expansion)] = v.expansion
 
 
 def declare_videos(out: PackWriter, videos: list) -> None:

@@ -16,6 +16,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "qwen3_vl_folder": "model_folders", "qwen2_5_vl_folder": "model_folders",
     "llama3_tokenizer": "llama_tokenizers", "mistral_tokenizer": "llama_tokenizers",
     "llama3_llava_folder": "llama_tokenizers", "mistral_llava_folder": "llama_tokenizers",
+    "qwen3_vl_video_folder": "qwen3_video_folder", "QWEN2_VL_SPECIALS": "model_folders",
     "llava_onevision_folder": "onevision_folder", "ONEVISION_TEMPLATE": "onevision_folder",
     "llava_next_folder": "generic_folders", "aya_vision_folder": "generic_folders",
     "gemma3_folder": "gemma3_model_folder", "GEMMA3_CHAT_TEMPLATE": "gemma3_model_folder",

@@ -128,6 +128,15 @@ def _bpe_from_ranks(ranks: dict[bytes, int]):
     return vocab, merges
 
 
+def _qwen2_pre_tokenizer():
+    """Qwen2's pre-tokenizer: its regex split (digits one by one), then byte-level."""
+    from tokenizers import Regex, pre_tokenizers
+
+    return pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+
+
 def tiktoken_ranks(tiktoken_file: bytes) -> dict[bytes, int]:
     """The token -> rank table of a tiktoken BPE file (one "base64-token rank" per line)."""
     ranks = {}
@@ -139,15 +148,13 @@ def tiktoken_ranks(tiktoken_file: bytes) -> dict[bytes, int]:
 
 
 def _qwen2_tokenizer_json(tiktoken_file: bytes) -> str:
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
 
     ranks = tiktoken_ranks(tiktoken_file)
     vocab, merges = _bpe_from_ranks(ranks)
     tok = Tokenizer(models.BPE(vocab, merges, byte_fallback=False))
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.pre_tokenizer = _qwen2_pre_tokenizer()
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in QWEN2_VL_SPECIALS])
     if tok.token_to_id(QWEN2_VL_SPECIALS[0]) != len(ranks):
@@ -314,14 +321,15 @@ def write_llava_folder(path: Path, tok, template: str, tokenizer_config: dict) -
     return path
 
 
-def chatml_folder(path: Path) -> Path:
-    """A small Qwen2-VL-style folder with a byte-level BPE trained on a few sentences (fast unit tests)."""
+def chatml_folder(path: Path, qwen2_split: bool = False) -> Path:
+    """A small Qwen2-VL-style folder with a byte-level BPE trained on a few sentences (fast unit tests);
+    `qwen2_split`: Qwen2's pre-tokenizer regex (digits one by one, as Qwen3-VL's timestamps need)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = _qwen2_pre_tokenizer() if qwen2_split else pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)

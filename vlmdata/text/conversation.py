@@ -6,7 +6,9 @@ or "document" (interleaved text and images, no template, trained on all text),
 and `messages` in the form transformers' processors take:
 `[{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "..."}]}, ...]`.
 Images appear as `{"type": "image"}` items and videos as `{"type": "video"}` items, each kind in
-order; their bytes live in the shard.
+order; their bytes live in the shard. `image_sizes` holds each image's stored (displayed) width and
+height where the caller knows them (sharding and re-tokenizing do): a family whose text around an image
+depends on its size (Gemma 3's pan-and-scan) needs them.
 
 `messages_from_turns` converts the older (role, text with `<image>` / `<video>` markers)
 turns: text is split at the markers; a conversation without markers of a kind (caption
@@ -31,12 +33,13 @@ _MARKERS = re.compile(f"({re.escape(IMAGE_MARKER)}|{re.escape(VIDEO_MARKER)})")
 @dataclass
 class Conversation:
     """A sample's text: `kind` "chat" | "document", `messages` (HF form), `n_images` images and `n_videos`
-    videos in order."""
+    videos in order; `image_sizes`: the images' (width, height), None when not known."""
 
     messages: list[dict]
     n_images: int
     kind: str = "chat"
     n_videos: int = 0
+    image_sizes: tuple[tuple[int, int], ...] | None = None
 
 
 def _items(text: str) -> list[dict]:

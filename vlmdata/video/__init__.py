@@ -5,6 +5,9 @@ from vlmdata._lazy import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "ClipInfo": "probe", "ClipLimits": "probe", "ClipProblem": "probe", "probe_clip": "probe",
     "decode_frames": "frames",
-    "DecodedVideo": "policy", "VideoPolicy": "policy", "make_video_policy": "policy", "sample_video_tokens": "policy",
-    "flatten_video": "policy",
+    "DecodedVideo": "layout", "VideoPolicy": "policy", "make_video_policy": "policy", "sample_video_tokens": "policy",
+    "flatten_video": "layout", "POLICY_KINDS": "policy",
+    "Qwen3VideoPolicy": "qwen3_policy", "smart_resize_video": "qwen3_policy",
+    "TIMESTAMP_PIECES": "timestamps", "patch_timestamps": "timestamps", "stamp_ids": "timestamps",
+    "stamp_pieces": "timestamps", "stamp_text": "timestamps", "stamps_length": "timestamps",
 })

@@ -19,6 +19,9 @@ The rule is transformers' `Qwen2VLVideoProcessor` (shared by Qwen2.5-VL) with fr
 loader read the same number, so planned and built lengths agree. For a constant-rate clip it equals the
 declared rate transformers reads.
 
+`make_video_policy(dict)` builds a family's policy from its manifest dict by its `kind` (`POLICY_KINDS`:
+this one, `qwen2_vl_video`, and Qwen3-VL's `qwen3_vl_video`, `video.qwen3_policy`).
+
 `VideoPolicy.tokens(...)` is vectorised over numpy arrays (the planner counts from index columns);
 `load(data, info)` decodes only the sampled frames, one clip at a time, and lays them out as Qwen's
 flattened patches (`DecodedVideo`).
@@ -30,27 +33,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from vlmdata.decode.policy import DynamicPolicy
+from vlmdata.video.layout import DecodedVideo, flatten_video, resize_frames
+from vlmdata.video.qwen3_policy import Qwen3VideoPolicy
 
-__all__ = ["DecodedVideo", "VideoPolicy", "flatten_video", "make_video_policy", "sample_video_tokens"]
+__all__ = ["POLICY_KINDS", "DecodedVideo", "VideoPolicy", "flatten_video", "make_video_policy", "sample_video_tokens"]
 
 QWEN2_VL_VIDEO = {"fps": 2.0, "min_frames": 4, "max_frames": 768, "min_pixels": 128 * 28 * 28,
                   "max_pixels": 28 * 28 * 768, "temporal_patch": 2}
-
-
-@dataclass
-class DecodedVideo:
-    """One clip laid out for the model: rows uint8 [t*h*w, 3*tp*patch*patch] in Qwen's patch order,
-    grid (t, h, w) in patches, and the seconds one temporal patch spans."""
-
-    rows: np.ndarray
-    grid: tuple[int, int, int]
-    second_per_grid: float
-    merge: int
-
-    @property
-    def tokens(self) -> int:
-        t, h, w = self.grid
-        return t * h * w // (self.merge * self.merge)
 
 
 @dataclass(frozen=True)
@@ -111,12 +100,9 @@ class VideoPolicy:
 
     def layout(self, frames: list[np.ndarray], second_per_grid: float) -> DecodedVideo:
         """Resize the sampled (H, W, 3) uint8 frames (bicubic, as the processor) and flatten them."""
-        from PIL import Image
-
         h0, w0 = frames[0].shape[:2]
         w, h = (int(x) for x in self.frame_size(w0, h0))
-        resized = [np.asarray(Image.fromarray(f).resize((w, h), self.resample)) for f in frames]
-        rows = flatten_video(resized, self.patch, self.merge, self.temporal_patch)
+        rows = flatten_video(resize_frames(frames, w, h, self.resample), self.patch, self.merge, self.temporal_patch)
         t = -(-len(frames) // self.temporal_patch)
         return DecodedVideo(rows, (t, h // self.patch, w // self.patch), float(second_per_grid), self.merge)
 
@@ -135,31 +121,22 @@ class VideoPolicy:
             del frames
 
 
-def flatten_video(frames: list[np.ndarray], patch: int, merge: int, temporal_patch: int) -> np.ndarray:
-    """(H, W, 3) uint8 frames -> rows uint8 [t * gh * gw, 3 * tp * patch * patch], the processor's
-    `patchify` order (merge blocks contiguous, each row (channel, frame, py, px)); the last frame is
-    repeated to fill the last temporal patch."""
-    pad = -len(frames) % temporal_patch
-    x = np.stack(list(frames) + [frames[-1]] * pad)                  # (n, H, W, C)
-    n, height, width, c = x.shape
-    t, gh, gw = n // temporal_patch, height // patch, width // patch
-    x = x.reshape(t, temporal_patch, gh // merge, merge, patch, gw // merge, merge, patch, c)
-    x = x.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)                       # t, bh, bw, mh, mw, C, tp, py, px
-    return np.ascontiguousarray(x).reshape(t * gh * gw, c * temporal_patch * patch * patch)
+# a policy dict's `kind` -> what builds the policy from the rest of the dict
+POLICY_KINDS = {"qwen2_vl_video": lambda d: VideoPolicy(**d), "qwen3_vl_video": Qwen3VideoPolicy.from_dict}
 
 
-def make_video_policy(spec: dict | None) -> VideoPolicy | None:
+def make_video_policy(spec: dict | None):
     """The policy a family's `VisionSpec.video_policy` dict describes (None: the family has none)."""
     if not spec:
         return None
     d = dict(spec)
     kind = d.pop("kind", None)
-    if kind != "qwen2_vl_video":
-        raise ValueError(f"unknown video policy kind {kind!r}")
-    return VideoPolicy(**d)
+    if kind not in POLICY_KINDS:
+        raise ValueError(f"unknown video policy kind {kind!r} (known: {sorted(POLICY_KINDS)})")
+    return POLICY_KINDS[kind](d)
 
 
-def sample_video_tokens(videos, policy: VideoPolicy | None) -> np.ndarray:
+def sample_video_tokens(videos, policy) -> np.ndarray:
     """int64 per sample: the tokens of its clips, from a shard index's `VideoColumns` (no decode)."""
     n = len(videos.n_videos)
     if policy is None or not videos.total:

@@ -1,6 +1,8 @@
 """Gemma 3 (issue 21) against transformers' own Gemma3Processor (Gemma3ImageProcessorPil, GemmaTokenizer) on a
 Gemma-style tokenizer built with `tokenizers` and Gemma 3's real chat template: the family is detected and a
-contradicting `--family` refused, pan-and-scan folders are refused, 256 tokens per image for 10^4 random sizes,
+contradicting `--family` refused, 256 tokens per image for 10^4 random sizes, pan-and-scan (a folder with
+do_pan_and_scan true, laid out as Gemma3Processor called with do_pan_and_scan=True): crop counts for 10^4
+random sizes equal the image processor's own rule, ids, labels and the pixels of every crop equal the processor's,
 the "\\n\\n" around each image tokenizes as in the processor's expanded text (texts ending and starting with
 newlines and spaces), ids, trained positions and pixels of a hostile corpus sharded then loaded equal the
 processor's."""
@@ -14,7 +16,7 @@ import pytest
 import torch
 
 from tests.helpers.exact_pixels import hf_pixels, max_diff, sized_jpegs
-from tests.helpers.gemma3 import CORPUS, shard_corpus
+from tests.helpers.gemma3 import CORPUS, SIZES, shard_corpus
 from tests.helpers.models import (
     chatml_assistant_positions,
     gemma3_processor,
@@ -27,8 +29,8 @@ from vlmdata.errors import ConfigError
 from vlmdata.hf import ModelSpec, make_adapter, take_meta
 from vlmdata.ingest import check_image
 from vlmdata.testing import gemma3_folder
-from vlmdata.text import Conversation
-from vlmdata.text.families import load_family
+from vlmdata.text import Conversation, TemplateError
+from vlmdata.text.families import PAN_AND_SCAN_DEFAULTS, load_family, replace_marked
 
 
 @pytest.fixture(scope="module")
@@ -67,15 +69,81 @@ def test_a_family_that_contradicts_the_folder_is_refused(folder, tmp_path):
         load_family(str(bare), family="llava")
 
 
-def test_pan_and_scan_and_inconsistent_folders_are_refused(tmp_path):
-    pas = gemma3_folder(tmp_path / "pas", do_pan_and_scan=True, pan_and_scan_min_crop_size=256)
-    with pytest.raises(ConfigError, match="sets do_pan_and_scan, which vlmdata's gemma3 family does not support"):
-        load_family(str(pas))
+@pytest.fixture(scope="module")
+def pas_folder(tmp_path_factory):
+    return gemma3_folder(tmp_path_factory.mktemp("gemma3-pas"), do_pan_and_scan=True)
+
+
+def test_pan_and_scan_follows_the_processor_called_with_it(tmp_path, pas_folder):
+    """The processor crops only when called with do_pan_and_scan=True, whatever the folder says, and then with
+    its own settings, not the folder's: vlmdata pans a do_pan_and_scan folder with those settings and refuses
+    a folder whose pan_and_scan_* values differ from them."""
+    from PIL import Image
+
+    wide = Image.new("RGB", (1200, 300), (9, 99, 199))               # 4 crops by the processor's defaults
+    custom = gemma3_folder(tmp_path / "custom", do_pan_and_scan=True, pan_and_scan_max_num_crops=2,
+                           pan_and_scan_min_crop_size=100, pan_and_scan_min_ratio_to_activate=1.5)
+    proc = gemma3_processor(custom)
+    assert PAN_AND_SCAN_DEFAULTS.items() <= proc.images_kwargs.items()
+    assert proc(text=["<start_of_image>"], images=[[wide]], return_tensors="np")["pixel_values"].shape[0] == 1
+    called = proc(text=["<start_of_image>"], images=[[wide]], do_pan_and_scan=True, return_tensors="np")
+    alone = proc.image_processor(images=[wide], return_tensors="np")          # the folder's max 2 crops
+    assert called["pixel_values"].shape[0] == 5 and alone["pixel_values"].shape[0] == 3
+    with pytest.raises(ConfigError, match="pan_and_scan_max_num_crops.*Gemma3Processor called with do_pan_and_scan"):
+        load_family(str(custom))
+    policy = load_family(str(pas_folder)).vision.image_policy()
+    assert policy.pan_and_scan and int(policy.tiles(1200, 300)) == 5
+    assert not load_family(str(gemma3_folder(tmp_path / "off", do_pan_and_scan=False))).vision.policy["pan_and_scan"]
     odd = gemma3_folder(tmp_path / "odd")
     cfg = json.loads((odd / "processor_config.json").read_text())
     (odd / "processor_config.json").write_text(json.dumps({**cfg, "image_seq_length": 64}))
     with pytest.raises(ConfigError, match="image_seq_length and config.json mm_tokens_per_image disagree"):
         load_family(str(odd))
+
+
+def test_pan_and_scan_crop_counts_equal_the_processor_for_random_sizes(pas_folder, processor):
+    """10^4 log-uniform sizes of 1 to 10,000 px against Gemma3ImageProcessorPil.pan_and_scan itself (on
+    zero-copy arrays of each size, with the processor's settings); the planner's token count is the length of
+    the expansion the loader builds; the processor run on real images of each crop count writes as many soft
+    tokens and images."""
+    from PIL import Image
+
+    policy = load_family(str(pas_folder)).vision.image_policy()
+    w, h = log_uniform_sizes(10_000, 5, 10_000)
+    rule = processor.image_processor
+    blank = np.zeros((1, 1, 1), np.uint8)
+    want = [len(rule.pan_and_scan(np.broadcast_to(blank, (3, b, a)), **PAN_AND_SCAN_DEFAULTS))
+            for a, b in zip(w.tolist(), h.tolist())]
+    got = policy.crops(w, h)
+    assert np.array_equal(got, want) and set(want) == {0, 2, 3, 4}
+    assert np.array_equal(policy.tiles(w, h), np.asarray(want) + 1)
+    soft = processor.tokenizer.image_token_id
+    for size in [(300, 300), (255, 1000), (640, 480), (1000, 300), (301, 1201)]:     # 0, 0, 2, 3 and 4 crops
+        ids = policy.expansion(*size)
+        assert len(ids) == int(policy.tokens(*size)) and int((ids == soft).sum()) == 256 * int(policy.tiles(*size))
+        im = Image.new("RGB", size, (1, 2, 3))
+        out = processor(text=["<start_of_image>"], images=[[im]], do_pan_and_scan=True, return_tensors="np")
+        assert int((out["input_ids"] == soft).sum()) == 256 * out["pixel_values"].shape[0]
+        assert out["pixel_values"].shape[0] == int(policy.tiles(*size))
+
+
+def test_pan_and_scan_text_needs_the_image_sizes(pas_folder):
+    fam = load_family(str(pas_folder))
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]},
+                {"role": "assistant", "content": "yes"}]
+    with pytest.raises(ConfigError, match="needs each image's width and height"):
+        fam.encode(Conversation(messages, 1))
+    with pytest.raises(TemplateError, match="2 image sizes for 1 images"):
+        fam.encode(Conversation(messages, 1, image_sizes=((9, 9), (9, 9))))
+    small, cropped = (fam.encode(Conversation(messages, 1, image_sizes=(s,)))[0] for s in ((300, 300), (1000, 300)))
+    assert len(cropped) > len(small) and (cropped == fam.image_token_id).sum() == 1
+
+
+def test_markers_replaced_one_by_one_move_the_trained_spans():
+    text, spans = replace_marked("a<m>bb<m>c", [(0, 1), (5, 6), (9, 10)], "<m>", ["XY", "Z"])
+    assert text == "aXYbbZc" and [text[a:b] for a, b in spans] == ["a", "b", "c"]
+    with pytest.raises(TemplateError, match="holds 2 '<m>' markers for 1 images"):
+        replace_marked("<m><m>", [], "<m>", ["x"])
 
 
 def test_token_counts_equal_the_processor_for_random_sizes(folder, processor):
@@ -140,7 +208,23 @@ def _tiny():
 
 
 def test_sharded_and_loaded_ids_labels_and_pixels_equal_the_hf_processor(folder, processor, tmp_path):
-    rows, expected, data = shard_corpus(folder, tmp_path)
+    _check_sharded_against_the_processor(folder, processor, tmp_path, {})
+
+
+@pytest.mark.slow
+def test_pan_and_scan_ids_labels_and_every_crops_pixels_equal_the_processor(pas_folder, tmp_path):
+    """The hostile corpus (multi-image, an image too small to crop, 2, 3 and 4 crops, strips that do not
+    divide the side) sharded with a do_pan_and_scan folder, against Gemma3Processor(do_pan_and_scan=True)."""
+    sizes = [(1000, 300), *SIZES[:3], (301, 1201), *SIZES[3:]]
+    assert set(load_family(str(pas_folder)).vision.image_policy().crops(*zip(*sizes)).tolist()) == {0, 2, 3, 4}
+    _check_sharded_against_the_processor(pas_folder, gemma3_processor(pas_folder), tmp_path,
+                                         {"do_pan_and_scan": True, **PAN_AND_SCAN_DEFAULTS}, sizes)
+
+
+def _check_sharded_against_the_processor(folder, processor, tmp_path, settings: dict, sizes=None):
+    """Shard the corpus with `folder`, load it, and compare ids, image positions, trained positions and every
+    image's pixels with the processor called with `settings`."""
+    rows, expected, data = shard_corpus(folder, tmp_path, sizes=sizes)
     ds = VLMDataset(str(data), max_tokens=1 << 16, max_images=64, rank=0, world_size=1)
     assert ds.model_family.name == "gemma3" and ds.pixels == "exact"
     assert ModelSpec.from_dataset(ds).policy == ModelSpec.from_folder(str(folder)).policy
@@ -151,7 +235,8 @@ def test_sharded_and_loaded_ids_labels_and_pixels_equal_the_hf_processor(folder,
         got.update(samples_of(pack))
         host = adapter(pack)
         keys = take_meta(host)["sample_keys"]
-        refs = [hf_pixels(processor.image_processor, (rows.parent / f).read_bytes()) for k in keys for f in files[k]]
+        refs = [hf_pixels(processor.image_processor, (rows.parent / f).read_bytes(), **settings)
+                for k in keys for f in files[k]]
         assert torch.equal(host["token_type_ids"], (host["input_ids"] == processor.tokenizer.image_token_id).long())
         if refs:
             worst = max(worst, max_diff(adapter.finalize(host)["pixel_values"],
@@ -164,7 +249,7 @@ def test_sharded_and_loaded_ids_labels_and_pixels_equal_the_hf_processor(folder,
     for n, (messages, images) in enumerate(expected):
         text = processor.apply_chat_template(messages, tokenize=False)      # starts with <bos>: not added again,
         ref = processor(text=[text], images=[images] if images else None,    # as apply_chat_template(tokenize=True)
-                        add_special_tokens=False, return_tensors="np")
+                        add_special_tokens=False, return_tensors="np", **settings)
         ids, labels = got[f"conv{n}"]
         assert np.array_equal(ids, ref["input_ids"][0]), f"conv{n}"
         assert np.array_equal(ids == tok.image_token_id, ref["token_type_ids"][0] == 1)
@@ -173,26 +258,31 @@ def test_sharded_and_loaded_ids_labels_and_pixels_equal_the_hf_processor(folder,
         assert np.array_equal(labels[want], ids[want])
 
 
-@pytest.mark.parametrize("resample", [2, 3])
-def test_exact_pixels_equal_the_image_processor_on_resized_jpegs_and_pngs(tmp_path, resample):
+@pytest.mark.parametrize("resample,pas", [(2, False), (3, False), pytest.param(3, True, marks=pytest.mark.slow)])
+def test_exact_pixels_equal_the_image_processor_on_resized_jpegs_and_pngs(tmp_path, resample, pas):
     """The folder's resample filter (Gemma 3's bilinear, or bicubic when it says so) on odd-sized JPEGs and
-    PNGs, 64 to 1,344 px, through the policy's tiles and the adapter's normalisation."""
+    PNGs, 64 to 1,344 px, through the policy's tiles and the adapter's normalisation; with pan-and-scan, every
+    crop (strips that do not divide the side included)."""
     from PIL import Image
 
     from tests.helpers.image_zoo import save
 
-    folder = gemma3_folder(tmp_path / f"g{resample}", resample=resample)
+    folder = gemma3_folder(tmp_path / f"g{resample}", resample=resample, do_pan_and_scan=pas)
     fam, proc = load_family(str(folder)), gemma3_processor(folder)
+    settings = {"do_pan_and_scan": True, **PAN_AND_SCAN_DEFAULTS} if pas else {}
     policy = make_policy(fam.vision.policy)
     adapter = make_adapter(ModelSpec.from_family(fam.spec))
     images = dict(sized_jpegs())
     rng = np.random.default_rng(1)
-    for w, h in [(333, 501), (1001, 97), (7, 5)]:
+    for w, h in [(333, 501), (1001, 97), (7, 5), (1000, 300), (301, 1201)]:
         images[f"png_{w}x{h}"] = save(Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)), "PNG")
     decoder = ExactDecoder(resample=fam.vision.resample)
+    cropped = 0
     for name, data in images.items():
         _, w, h = check_image(data, 1 << 30)
         tiles = decoder.decode([data], [(w, h)], policy)[0]
-        assert tiles.shape == (1, 896, 896, 3), name
+        assert tiles.shape == (int(policy.tiles(w, h)), 896, 896, 3), name
+        cropped += len(tiles) - 1
         got = adapter.normalise(torch.from_numpy(tiles).permute(0, 3, 1, 2), torch.float32)
-        assert max_diff(got, hf_pixels(proc.image_processor, data)["pixel_values"]) <= 1e-5, name
+        assert max_diff(got, hf_pixels(proc.image_processor, data, **settings)["pixel_values"]) <= 1e-5, name
+    assert (cropped >= 9) == pas

@@ -119,23 +119,29 @@ def _post_processor(tok, cfg: dict, bos: str | None, eos: str | None) -> None:
     tok.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
 
 
-def replace_marked(text: str, spans, marker: str, replacement: str) -> tuple[str, tuple[tuple[int, int], ...]]:
-    """`text` with every `marker` replaced (as a processor replaces its image marker), and the character
-    spans moved to where their text now is."""
+def replace_marked(text: str, spans, marker: str, replacement) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """`text` with every `marker` replaced (as a processor replaces its image marker) by `replacement`, or
+    by the n-th of a sequence of replacements for the n-th marker, and the character spans moved to where
+    their text now is."""
     found = []
     at = text.find(marker)
     while at >= 0:
         found.append(at)
         at = text.find(marker, at + len(marker))
+    texts = [replacement] * len(found) if isinstance(replacement, str) else list(replacement)
+    if len(texts) != len(found):
+        raise TemplateError(f"the rendered text holds {len(found)} {marker!r} markers for {len(texts)} images")
     if not found:
         return text, tuple(spans)
-    grow = len(replacement) - len(marker)
     starts = np.asarray(found)
+    grown = np.concatenate([[0], np.cumsum([len(t) - len(marker) for t in texts])])
+    pieces = text.split(marker)
+    joined = pieces[0] + "".join(t + p for t, p in zip(texts, pieces[1:]))
 
     def moved(pos: int) -> int:
-        return pos + grow * int(np.searchsorted(starts, pos, side="left"))
+        return pos + int(grown[np.searchsorted(starts, pos, side="left")])
 
-    return text.replace(marker, replacement), tuple((moved(a), moved(b)) for a, b in spans)
+    return joined, tuple((moved(a), moved(b)) for a, b in spans)
 
 
 def _tokens_over(offsets: np.ndarray, a: int, b: int) -> tuple[int | None, int | None]:
@@ -207,6 +213,11 @@ class ModelFamily:
         tokens cut to one `image_token` (expanded at load time by the image policy)."""
         return self.vision.image_token
 
+    def image_texts(self, conv: Conversation) -> list[str] | None:
+        """Each image's own replacement text, in order, for a family whose text around an image depends on
+        the image's stored size (`conv.image_sizes`); None: `placeholder_text` for every image."""
+        return None
+
     def document_image_text(self) -> str:
         """The text standing for one image in a document (no chat template)."""
         return self.placeholder_text()
@@ -227,6 +238,12 @@ class ModelFamily:
             raise ConfigError(f"the tokenizer in {self.folder.path} has no token {token!r}, which the {self.name} "
                               "layout needs; is this the right model folder?")
         return tid
+
+    def ids_between(self, left: str, text: str, right: str) -> tuple[int, ...]:
+        """The ids of `text` as a processor's full string tokenizes it between the special tokens `left` and
+        `right` (which split the text there, so the ids are fixed per tokenizer)."""
+        ids = self.tokenizer.encode(f"{left}{text}{right}", add_special_tokens=False).ids
+        return tuple(ids[1:-1])
 
     @property
     def image_token_id(self) -> int:
@@ -258,7 +275,7 @@ class ModelFamily:
         text, spans = rendered.text, rendered.spans
         marker = self.template_image_marker()
         if marker is not None:
-            text, spans = replace_marked(text, spans, marker, self.placeholder_text())
+            text, spans = replace_marked(text, spans, marker, self.image_texts(conv) or self.placeholder_text())
         if self.train_on == "last":
             spans = spans[-1:]
         return text, spans
@@ -266,11 +283,15 @@ class ModelFamily:
     def _document_text(self, conv: Conversation) -> str:
         parts: list[str] = []
         last_text = False
-        image = self.document_image_text()
+        own = self.image_texts(conv)
+        images = iter(own) if own is not None else None
         for m in conv.messages:
             for item in m["content"]:
                 if item.get("type") in ("image", "video"):
-                    parts.append(image if item["type"] == "image" else self.document_video_text())
+                    if item["type"] == "video":
+                        parts.append(self.document_video_text())
+                    else:
+                        parts.append(next(images) if images is not None else self.document_image_text())
                     last_text = False
                 else:
                     if last_text:

@@ -9,27 +9,43 @@ tokens split the text at the same places); the load-time policy (`decode.tiling.
 token. Read from the folder: the token names (tokenizer_config `boi_token`/`eoi_token`/`image_token`),
 the side and `resample` (preprocessor_config.json; bilinear by default, as Gemma3ImageProcessor), the
 tokens per image (processor_config `image_seq_length`, config.json `mm_tokens_per_image`; they must
-agree). Pan-and-scan (`do_pan_and_scan`) adds crops whose number depends on each image's size and text
-("Here is the original image ... crops ...") that touches the user's text, which cannot be tokenized
-before the image's size is known: such a folder is refused (transformers 5.24's Gemma3Processor applies it
-only when called with do_pan_and_scan=True, whatever the folder says; its image processor alone applies the
-folder's setting). Trained: each model reply and the
+agree).
+
+Pan-and-scan: on when preprocessor_config.json sets `do_pan_and_scan` true; vlmdata then lays images out
+as Gemma3Processor does when called with do_pan_and_scan=True (transformers 5.24 crops only then, whatever
+the folder says, and with ITS defaults: min crop 256 px, at most 4 crops, ratio 1.2; a folder whose
+pan_and_scan_* values differ from those is refused, since the processor and its image processor alone
+would disagree). A folder with do_pan_and_scan false or null (Gemma 3's published setting) gets no crops,
+as the processor called without it. An image with k crops is written "Here is the original image " + its
+run + " and here are some crops to help you see better " + the crops' runs: the text before its
+`<start_of_image>` touches the user's text, so the family writes it at shard time from the image's
+stored size (`Conversation.image_sizes`, `image_texts`), and the policy expands the rest (the crops'
+runs, between special tokens) at load time. Trained: each model reply and the
 `<end_of_turn>` closing it.
 """
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
 from vlmdata.errors import ConfigError
+from vlmdata.text.chat_template import TemplateError
+from vlmdata.text.conversation import Conversation
 from vlmdata.text.families.base import ModelFamily, VisionSpec
 
-__all__ = ["Gemma3Family"]
+__all__ = ["PAN_AND_SCAN_DEFAULTS", "Gemma3Family"]
 
 IMAGENET_STANDARD = (0.5, 0.5, 0.5)
+# Gemma3Processor.images_kwargs: what it crops with when called with do_pan_and_scan=True
+PAN_AND_SCAN_DEFAULTS = {"pan_and_scan_min_crop_size": 256, "pan_and_scan_max_num_crops": 4,
+                         "pan_and_scan_min_ratio_to_activate": 1.2}
+ORIGINAL_INTRO = "Here is the original image "          # Gemma3Processor's text around a cropped image
+CROPS_INTRO = " and here are some crops to help you see better "
+CROPS_JOIN = " "
 
 
 class Gemma3Family(ModelFamily):
-    """Gemma 3 with pan-and-scan off (the published processor settings)."""
+    """Gemma 3; pan-and-scan when the folder enables it (see the module docstring)."""
 
     name = "gemma3"
     model_types = ("gemma3",)
@@ -53,12 +69,6 @@ class Gemma3Family(ModelFamily):
 
     def vision_spec(self) -> VisionSpec:
         pp, cfg = self.folder.preprocessor, self.folder.config
-        if pp.get("do_pan_and_scan"):
-            raise ConfigError(f"{self.folder.path}: preprocessor_config.json sets do_pan_and_scan, which vlmdata's "
-                              "gemma3 family does not support (its crops and text depend on each image's size); "
-                              "set do_pan_and_scan to false or null (Gemma 3's published setting). Gemma3Processor "
-                              "itself crops only when called with do_pan_and_scan=True (its default is False even "
-                              "then), its image processor alone does crop")
         for flag in ("do_resize", "do_rescale", "do_normalize"):
             if pp.get(flag) is False:
                 raise ConfigError(f"{self.folder.path}: preprocessor_config.json sets {flag}=false; vlmdata's gemma3 "
@@ -76,16 +86,55 @@ class Gemma3Family(ModelFamily):
                               "square grid (Gemma 3's projector needs a square number dividing it)")
         token = self._named("image_token", "<image_soft_token>")
         image_id = self.token_id(token)
+        boi, eoi = self._named("boi_token", "<start_of_image>"), self._named("eoi_token", "<end_of_image>")
         return VisionSpec(
             image_token=token, image_token_id=image_id,
-            vision_start_id=self.token_id(self._named("boi_token", "<start_of_image>")),
-            vision_end_id=self.token_id(self._named("eoi_token", "<end_of_image>")),
+            vision_start_id=self.token_id(boi), vision_end_id=self.token_id(eoi),
             patch_size=patch, merge_size=(side // patch) // per_side, temporal_patch_size=1,
             image_mean=tuple(pp.get("image_mean", IMAGENET_STANDARD)),
             image_std=tuple(pp.get("image_std", IMAGENET_STANDARD)),
             min_pixels=None, max_pixels=None, image_size=None, resample=int(pp.get("resample", 2)),
             policy={"kind": "gemma3", "tile": side, "patch": patch, "merge": (side // patch) // per_side,
-                    "image_token_id": image_id, "tokens_per_image": tokens})
+                    "image_token_id": image_id, "tokens_per_image": tokens, **self._pan_and_scan(boi, eoi)})
+
+    def _pan_and_scan(self, boi: str, eoi: str) -> dict:
+        """The policy's pan-and-scan fields: off, or Gemma3Processor's crop rule and the ids between runs (lists,
+        as a manifest stores them)."""
+        pp = self.folder.preprocessor
+        if not pp.get("do_pan_and_scan"):
+            return {"pan_and_scan": False}
+        differ = {k: pp[k] for k, v in PAN_AND_SCAN_DEFAULTS.items() if pp.get(k) is not None and pp[k] != v}
+        if differ:
+            raise ConfigError(f"{self.folder.path}: preprocessor_config.json sets {differ}, but Gemma3Processor "
+                              f"called with do_pan_and_scan=True crops with its own {PAN_AND_SCAN_DEFAULTS} "
+                              "(its image processor alone would use the folder's): vlmdata follows the processor; "
+                              "set them to null or to those values")
+        return {"pan_and_scan": True, "min_crop_size": PAN_AND_SCAN_DEFAULTS["pan_and_scan_min_crop_size"],
+                "max_crops": PAN_AND_SCAN_DEFAULTS["pan_and_scan_max_num_crops"],
+                "min_ratio": PAN_AND_SCAN_DEFAULTS["pan_and_scan_min_ratio_to_activate"],
+                "boi_token_id": self.token_id(boi), "eoi_token_id": self.token_id(eoi),
+                "crops_intro_ids": list(self.ids_between(eoi, f"\n\n{CROPS_INTRO}\n\n", boi)),
+                "between_crops_ids": list(self.ids_between(eoi, f"\n\n{CROPS_JOIN}\n\n", boi))}
+
+    @cached_property
+    def _policy(self):
+        return self.vision.image_policy()
+
+    def image_texts(self, conv: Conversation) -> list[str] | None:
+        """With pan-and-scan, each image's text: "Here is the original image " before the placeholder of an
+        image its stored size gives crops (the crops' runs follow in the load-time expansion)."""
+        if not self._policy.pan_and_scan:
+            return None
+        if conv.image_sizes is None:
+            raise ConfigError("the gemma3 family with pan-and-scan needs each image's width and height "
+                              "(Conversation.image_sizes) to write its text")
+        if len(conv.image_sizes) != conv.n_images:
+            raise TemplateError(f"{len(conv.image_sizes)} image sizes for {conv.n_images} images")
+        one = self.placeholder_text()
+        if not conv.image_sizes:
+            return []
+        w, h = zip(*conv.image_sizes)
+        return [ORIGINAL_INTRO + one if k else one for k in self._policy.crops(w, h).tolist()]
 
     def template_image_marker(self) -> str:
         return self._named("boi_token", "<start_of_image>")

@@ -59,11 +59,6 @@ class Idefics3Family(ModelFamily):
             side += 1
         return side
 
-    def _between_specials(self, text: str) -> tuple[int, ...]:
-        """The ids of `text` as the processor's full string tokenizes it between two special tokens."""
-        ids = self.tokenizer.encode(f"{FAKE}{text}{FAKE}", add_special_tokens=False).ids
-        return tuple(ids[1:-1])
-
     def vision_spec(self) -> VisionSpec:
         pp, cfg = self.folder.preprocessor, self.folder.config
         if not pp.get("do_resize", True):
@@ -89,8 +84,8 @@ class Idefics3Family(ModelFamily):
         policy = {"kind": "idefics3", "tile": tile, "patch": patch, "merge": merge, "image_token_id": image_id,
                   "seq_len": self.seq_len(), "longest_edge": longest, "split": split,
                   "fake_token_id": self.token_id(FAKE), "global_token_id": self.token_id(GLOBAL),
-                  "row_col_ids": row_col, "grid_side": side, "newline_ids": self._between_specials("\n"),
-                  "double_newline_ids": self._between_specials("\n\n")}
+                  "row_col_ids": row_col, "grid_side": side, "newline_ids": self.ids_between(FAKE, "\n", FAKE),
+                  "double_newline_ids": self.ids_between(FAKE, "\n\n", FAKE)}
         return VisionSpec(
             image_token=IMAGE, image_token_id=image_id, vision_start_id=None, vision_end_id=None,
             patch_size=patch, merge_size=merge, temporal_patch_size=1,

@@ -9,15 +9,21 @@ Qwen3-VL differs only in its vision constants: patch 16 and mean/std 0.5 (its
 processor is transformers' Qwen2VLImageProcessor with those numbers), which the
 folder's preprocessor_config.json states; the family's defaults apply without it.
 
-Videos (Qwen2-VL and Qwen2.5-VL): the template writes `<|vision_start|><|video_pad|><|vision_end|>`
+Videos: the template writes `<|vision_start|><|video_pad|><|vision_end|>`
 per video item, one `<|video_pad|>` expanded at load time by the video policy
 (`video.policy.VideoPolicy`), read from the folder's video_preprocessor_config.json (or the
-`video_processor` entry of processor_config.json), else Qwen2-VL's video processor defaults.
+`video_processor` entry of processor_config.json), else the generation's video processor defaults.
+Qwen3-VL's placeholder expands to a `<t seconds>` timestamp, vision start, the frame's tokens and
+vision end per temporal patch (`video.qwen3_policy.Qwen3VideoPolicy`).
 """
 from __future__ import annotations
 
+from functools import cached_property
+
 from vlmdata.text.families.base import ModelFamily, VisionSpec
 from vlmdata.video.policy import QWEN2_VL_VIDEO, VideoPolicy
+from vlmdata.video.qwen3_policy import QWEN3_VL_VIDEO, Qwen3VideoPolicy
+from vlmdata.video.timestamps import stamp_pieces
 
 __all__ = ["Qwen2VLFamily", "Qwen25VLFamily", "Qwen3VLFamily"]
 
@@ -50,19 +56,23 @@ class Qwen2VLFamily(ModelFamily):
         nested = self.folder.processor.get("video_processor")
         return found or (nested if isinstance(nested, dict) else {})
 
-    def video_policy(self, patch: int, merge: int) -> dict:
-        """The video policy dict: the folder's video processor settings over Qwen2-VL's defaults."""
+    def video_settings(self, patch: int, merge: int, defaults: dict) -> dict:
+        """The policy fields both Qwen video processors share: the folder's settings over `defaults`."""
         vp = self.video_config()
         size = vp.get("size") if isinstance(vp.get("size"), dict) else {}
-        d = QWEN2_VL_VIDEO
-        return VideoPolicy(
+        d = defaults
+        return dict(
             fps=float(vp.get("fps") or d["fps"]), min_frames=int(vp.get("min_frames") or d["min_frames"]),
             max_frames=int(vp.get("max_frames") or d["max_frames"]),
             temporal_patch=int(vp.get("temporal_patch_size") or d["temporal_patch"]),
             patch=int(vp.get("patch_size") or patch), merge=int(vp.get("merge_size") or merge),
             min_pixels=int(vp.get("min_pixels") or size.get("shortest_edge") or d["min_pixels"]),
             max_pixels=int(vp.get("max_pixels") or size.get("longest_edge") or d["max_pixels"]),
-            resample=int(vp.get("resample", 3))).to_dict()
+            resample=int(vp.get("resample", 3)))
+
+    def video_policy(self, patch: int, merge: int) -> dict:
+        """The video policy dict: the folder's video processor settings over Qwen2-VL's defaults."""
+        return VideoPolicy(**self.video_settings(patch, merge, QWEN2_VL_VIDEO)).to_dict()
 
     def tokens_per_second(self, vision_cfg: dict) -> float | None:
         """Qwen2.5-VL's temporal M-RoPE scale (None: Qwen2-VL numbers a video's temporal patches 0, 1, ...)."""
@@ -112,7 +122,8 @@ class Qwen25VLFamily(Qwen2VLFamily):
 
 
 class Qwen3VLFamily(Qwen2VLFamily):
-    """Qwen3-VL (model_type qwen3_vl, Qwen3VLProcessor): Qwen2-VL's layout, patch 16, mean/std 0.5."""
+    """Qwen3-VL (model_type qwen3_vl, Qwen3VLProcessor): Qwen2-VL's layout, patch 16, mean/std 0.5; videos
+    with a `<t seconds>` timestamp per temporal patch (`video.qwen3_policy`)."""
 
     name = "qwen3_vl"
     model_types = ("qwen3_vl",)
@@ -121,4 +132,23 @@ class Qwen3VLFamily(Qwen2VLFamily):
     default_patch = 16
     default_mean = (0.5, 0.5, 0.5)
     default_std = (0.5, 0.5, 0.5)
-    encodes_video = False        # its text timestamps per temporal patch are not built yet (issue 22)
+
+    @property
+    def encodes_video(self) -> bool:
+        """Videos are laid out when the tokenizer's timestamp ids compose from digit pieces (Qwen's do)."""
+        return self.timestamp_pieces is not None
+
+    @cached_property
+    def timestamp_pieces(self) -> dict | None:
+        return stamp_pieces(lambda text: self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def video_policy(self, patch: int, merge: int) -> dict:
+        """Qwen3VLVideoProcessor's settings (the folder's over its defaults) and the timestamp pieces."""
+        vp = self.video_config()
+        d = QWEN3_VL_VIDEO
+        return Qwen3VideoPolicy(
+            timestamp_pieces=self.timestamp_pieces, video_token_id=self.video_token_id,
+            vision_start_id=self.token_id("<|vision_start|>"), vision_end_id=self.token_id("<|vision_end|>"),
+            cap_pixels_per_frame=bool(vp.get("cap_pixels_per_frame") or False),
+            max_video_tokens=int(vp.get("max_video_tokens") or d["max_video_tokens"]),
+            **self.video_settings(patch, merge, d)).to_dict()

@@ -1,0 +1,48 @@
+"""A clip laid out for a Qwen-VL model: its frames resized and flattened into the processor's patch rows."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["DecodedVideo", "flatten_video", "resize_frames"]
+
+
+@dataclass
+class DecodedVideo:
+    """One clip laid out for the model: rows uint8 [t*h*w, 3*tp*patch*patch] in Qwen's patch order,
+    grid (t, h, w) in patches, and the seconds one temporal patch spans. `expansion`: the token ids its
+    placeholder becomes when they are not all the video token (Qwen3-VL's timestamps and frame markers)."""
+
+    rows: np.ndarray
+    grid: tuple[int, int, int]
+    second_per_grid: float
+    merge: int
+    expansion: np.ndarray | None = None
+
+    @property
+    def tokens(self) -> int:
+        if self.expansion is not None:
+            return len(self.expansion)
+        t, h, w = self.grid
+        return t * h * w // (self.merge * self.merge)
+
+
+def resize_frames(frames: list[np.ndarray], width: int, height: int, resample: int) -> list[np.ndarray]:
+    """(H, W, 3) uint8 frames resized to (width, height) with Pillow (bicubic = torch's antialiased uint8 path)."""
+    from PIL import Image
+
+    return [np.asarray(Image.fromarray(f).resize((width, height), resample)) for f in frames]
+
+
+def flatten_video(frames: list[np.ndarray], patch: int, merge: int, temporal_patch: int) -> np.ndarray:
+    """(H, W, 3) uint8 frames -> rows uint8 [t * gh * gw, 3 * tp * patch * patch], the processor's
+    `patchify` order (merge blocks contiguous, each row (channel, frame, py, px)); the last frame is
+    repeated to fill the last temporal patch."""
+    pad = -len(frames) % temporal_patch
+    x = np.stack(list(frames) + [frames[-1]] * pad)                  # (n, H, W, C)
+    n, height, width, c = x.shape
+    t, gh, gw = n // temporal_patch, height // patch, width // patch
+    x = x.reshape(t, temporal_patch, gh // merge, merge, patch, gw // merge, merge, patch, c)
+    x = x.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)                       # t, bh, bw, mh, mw, C, tp, py, px
+    return np.ascontiguousarray(x).reshape(t * gh * gw, c * temporal_patch * patch * patch)
