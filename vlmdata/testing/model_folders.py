@@ -137,14 +137,20 @@ def _qwen2_pre_tokenizer():
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
 
-def _qwen2_tokenizer_json(tiktoken_file: bytes) -> str:
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
-
+def tiktoken_ranks(tiktoken_file: bytes) -> dict[bytes, int]:
+    """The token -> rank table of a tiktoken BPE file (one "base64-token rank" per line)."""
     ranks = {}
     for line in tiktoken_file.splitlines():
         if line.strip():
             token, rank = line.split()
             ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def _qwen2_tokenizer_json(tiktoken_file: bytes) -> str:
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
+
+    ranks = tiktoken_ranks(tiktoken_file)
     vocab, merges = _bpe_from_ranks(ranks)
     tok = Tokenizer(models.BPE(vocab, merges, byte_fallback=False))
     tok.normalizer = normalizers.NFC()
@@ -283,13 +289,22 @@ def llava_folder(path: Path, words: list[str] | None = None) -> Path:
                             AddedToken("<pad>", special=True, normalized=False)])
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
                                                        special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    return write_llava_folder(path, tok, LLAVA_TEMPLATE, {"bos_token": "<s>", "eos_token": "</s>",
+                                                         "unk_token": "<unk>", "pad_token": "<pad>",
+                                                         "add_bos_token": True, "add_eos_token": False})
+
+
+def write_llava_folder(path: Path, tok, template: str, tokenizer_config: dict) -> Path:
+    """Write a LLaVA-1.5-style folder around `tok` (which holds an `<image>` token): its chat template, a
+    CLIP 336 px preprocessor config and a llava config."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
     tok.save(str(path / "tokenizer.json"))
     image_id = tok.token_to_id("<image>")
     _write_json(path / "tokenizer_config.json", {
-        "tokenizer_class": "LlamaTokenizer", "processor_class": "LlavaProcessor", "bos_token": "<s>",
-        "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>", "add_bos_token": True, "add_eos_token": False,
+        "tokenizer_class": "LlamaTokenizer", "processor_class": "LlavaProcessor", **tokenizer_config,
         "legacy": False, "model_max_length": 4096, "clean_up_tokenization_spaces": False})
-    _write_json(path / "chat_template.json", {"chat_template": LLAVA_TEMPLATE})
+    _write_json(path / "chat_template.json", {"chat_template": template})
     _write_json(path / "preprocessor_config.json", {
         "image_processor_type": "CLIPImageProcessor", "processor_class": "LlavaProcessor",
         "crop_size": {"height": 336, "width": 336}, "size": {"shortest_edge": 336}, "do_center_crop": True,

@@ -1,5 +1,5 @@
 """Text: tokenizers, the conversation encoding (token ids and loss flags), model folders and chat templates,
-the exact fast BPE path (`FastBPE`); `text.families`: each model's own layout."""
+the exact fast BPE paths (`FastBPE`, `MetaspaceBPE`, chosen by `build_fast_path`); `text.families`: each model's own layout."""
 from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
@@ -11,4 +11,5 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "BuiltinEncoder": "encoder", "load_text_encoder": "encoder",
     "ModelFolder": "model_folder", "is_model_folder": "model_folder",
     "FastBPE": "fast_bpe", "FastEncoding": "fast_bpe", "KNOWN_PATTERNS": "fast_bpe", "encode_texts": "fast_bpe",
+    "MetaspaceBPE": "metaspace_bpe", "build_fast_path": "fast_path",
 })

@@ -20,6 +20,7 @@ Documents (interleaved text and images, no template) are trained on all text.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import ClassVar
 
 import numpy as np
@@ -27,7 +28,8 @@ import numpy as np
 from vlmdata.errors import ConfigError
 from vlmdata.text.chat_template import ChatTemplate, TemplateError
 from vlmdata.text.conversation import Conversation
-from vlmdata.text.fast_bpe import FastBPE, encode_texts
+from vlmdata.text.fast_bpe import encode_texts
+from vlmdata.text.fast_path import build_fast_path
 from vlmdata.text.model_folder import ModelFolder
 
 __all__ = ["TRAIN_ON", "FamilySpec", "ModelFamily", "VisionSpec", "replace_marked"]
@@ -173,7 +175,7 @@ class ModelFamily:
             raise ConfigError(f"{folder.path}/tokenizer.json cannot be loaded: {exc}") from exc
         self.specials = {k: folder.special_token(k) for k in ("bos_token", "eos_token", "unk_token", "pad_token")}
         _post_processor(self.tokenizer, folder.tokenizer_config, self.specials["bos_token"], self.specials["eos_token"])
-        self.fast_bpe, self.fast_bpe_reason = FastBPE.build(self.tokenizer, folder.tokenizer_json)
+        self.fast_bpe, self.fast_bpe_reason = build_fast_path(self.tokenizer, folder.tokenizer_json)
         if folder.chat_template is None:
             raise ConfigError(f"model folder {folder.path} has no chat template (chat_template.jinja, "
                               "chat_template.json or tokenizer_config.json's chat_template)")
@@ -345,9 +347,12 @@ class ModelFamily:
         if mode == "all":
             out[1] = 1
         else:
-            offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+            over = getattr(enc, "tokens_over", None)      # the fast path's encodings answer without offsets
+            if over is None:
+                offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+                over = partial(_tokens_over, offsets)
             for a, b in spans:
-                first, last = _tokens_over(offsets, a, b)
+                first, last = over(a, b)
                 if first is None:
                     continue
                 out[1][first:last + 1] = 1
