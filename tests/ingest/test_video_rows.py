@@ -86,6 +86,20 @@ def test_frame_lists_stand_for_one_video_with_their_rate():
         {"role": "user", "content": [{"type": "video", "video": frames, "sample_fps": 1}, _text(QUESTION)]},
         {"role": "assistant", "content": "A dog."}]})
     assert sample.videos == [FrameList(tuple(frames), 1.0)]
+    sample, _ = _conv({"id": "h", "videos": [{"frames": ["a", "b"], "fps": 4}, {"frames": frames}], "fps": 3,
+                       "conversations": [{"from": "human", "value": f"<video><video>{QUESTION}"},
+                                         {"from": "gpt", "value": "Two."}]})
+    assert sample.videos == [FrameList(("a", "b"), 4.0), FrameList(tuple(frames), 3.0)]
+
+
+@pytest.mark.parametrize("video, reason", [({"frames": []}, "no_video_frames"), ([], "no_video_frames"),
+                                           ({"frames": [3]}, "bad_image_ref"), ({"frames": ["a.png"], "fps": -1},
+                                                                                "bad_text")])
+def test_bad_frame_lists_are_counted_under_their_reason(video, reason):
+    with pytest.raises(RowProblem) as err:
+        _conv({"id": "e", "video": video, "fps": 2, "conversations": [
+            {"from": "human", "value": f"<video>{QUESTION}"}, {"from": "gpt", "value": "A dog."}]})
+    assert err.value.reason == reason
 
 
 @pytest.mark.parametrize("row, reason", [
@@ -231,15 +245,19 @@ def test_folders_of_clips_with_captions(tmp_path):
     assert "silent.mov" in m.stats["examples"]["missing_text"]["detail"]
 
 
-def test_frame_lists_are_counted_not_written(tmp_path):
+def test_frame_lists_are_probed_then_counted_without_a_video_policy(tmp_path):
+    from PIL import Image
+
     corpus = generate_corpus(tmp_path / "corpus", 3, seed=2, fmt="llava")
     rows = read_jsonl(corpus / "data.jsonl")
-    frames = {"id": "frames", "video": [r["images"][0] for r in rows], "fps": 1, "conversations": [
+    for i in range(3):
+        Image.new("RGB", (32, 24), (80 * i, 10, 10)).save(corpus / f"f{i}.png")
+    frames = {"id": "frames", "video": [f"f{i}.png" for i in range(3)], "fps": 1, "conversations": [
         {"from": "human", "value": "<video> what moves?"}, {"from": "gpt", "value": "Nothing."}]}
     (corpus / "frames.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + [frames]))
     m = shard(corpus / "frames.jsonl", tmp_path / "out")
     assert m.stats["skipped"] == {"video_unsupported": 1} and m.num_samples == len(rows)
-    assert "a list of 3 frames at 1 fps" in m.stats["examples"]["video_unsupported"]["detail"]
+    assert "1 clip(s) probed fine" in m.stats["examples"]["video_unsupported"]["detail"]
 
 
 def test_skip_fraction_and_exit_codes_count_video_rows(tmp_path):

@@ -22,6 +22,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "decode_data_url": "data_url",
     "ColumnSpec": "records", "check_text": "records", "normalize": "records",
     "FrameList": "video", "VideoOptions": "video", "prepare_video": "video",
+    "DEFAULT_FRAME_LIST_FPS": "frame_list", "prepare_frame_list": "frame_list",
     "CANONICAL_COLUMNS": "layouts", "detect_layout": "layouts", "parse_columns": "layouts",
     "RangeReader": "retokenize", "RetokenizeConfig": "retokenize", "RetokenizeResult": "retokenize",
     "retokenize_dataset": "retokenize",

@@ -29,6 +29,7 @@ from vlmdata.formats.sample import EncodedImage, safe_key
 from vlmdata.formats.shard_writer import WdsPartWriter, sample_bytes_estimate
 from vlmdata.ingest.access import AccessPolicy, read_ref
 from vlmdata.ingest.data_url import decode_data_url, elide_data_urls, is_data_url
+from vlmdata.ingest.frame_list import prepare_frame_list
 from vlmdata.ingest.hf_datasets import RangedDataset, fill_rows
 from vlmdata.ingest.images import (
     MAX_IMAGES_PER_SAMPLE,
@@ -40,10 +41,10 @@ from vlmdata.ingest.images import (
 from vlmdata.ingest.readers import InputSource, Row
 from vlmdata.ingest.records import ColumnSpec, check_text, normalize
 from vlmdata.ingest.video import (
+    FrameList,
     VideoOptions,
     encodes_video,
     prepare_video,
-    reject_frame_list,
     require_video_policy,
 )
 from vlmdata.text.chat_template import TemplateError
@@ -191,25 +192,26 @@ class _Sampler:
         return safe_key(row.id), sample.meta, tokens, images, sizes, videos
 
     def _videos(self, sample, root: str) -> list:
-        """The sample's clips, read within --max-video-bytes and probed (a hostile clip: its probe's skip)."""
+        """The sample's clips, read within --max-video-bytes and probed (a hostile clip: its probe's skip),
+        and its frame lists, each stored as one video (`prepare_frame_list`)."""
         if sample.videos and self.opts.format == "memmap":
             raise RowProblem(Skip.VIDEO_UNSUPPORTED, "memmap shards store no clips; use --format wds")
-        for ref in sample.videos:
-            reject_frame_list(ref)
+        return [prepare_frame_list(ref, lambda path: read_ref(path, root, self.opts.access, self.opts.storage_options),
+                                   self.opts.videos) if isinstance(ref, FrameList) else self._clip(ref, root)
+                for ref in sample.videos]
+
+    def _clip(self, ref, root: str):
         access = replace(self.opts.access, max_bytes=self.opts.videos.max_bytes)
-        out = []
-        for ref in sample.videos:
-            try:
-                data = decode_data_url(ref, access.max_bytes, "video") if is_data_url(ref) else \
-                    read_ref(ref, root, access, self.opts.storage_options)
-            except RowProblem as exc:
-                if exc.reason != Skip.FILE_TOO_LARGE:
-                    raise
-                name = "an embedded clip" if not isinstance(ref, str) or is_data_url(ref) else ref
-                raise RowProblem(Skip.FILE_TOO_LARGE, f"{name}: larger than --max-video-bytes "
-                                                      f"{access.max_bytes}") from None
-            out.append(prepare_video(data, ref, self.opts.videos))
-        return out
+        try:
+            data = decode_data_url(ref, access.max_bytes, "video") if is_data_url(ref) else \
+                read_ref(ref, root, access, self.opts.storage_options)
+        except RowProblem as exc:
+            if exc.reason != Skip.FILE_TOO_LARGE:
+                raise
+            name = "an embedded clip" if not isinstance(ref, str) or is_data_url(ref) else ref
+            raise RowProblem(Skip.FILE_TOO_LARGE, f"{name}: larger than --max-video-bytes "
+                                                  f"{access.max_bytes}") from None
+        return prepare_video(data, ref, self.opts.videos)
 
     def _sidecar(self, sample, root: str) -> str:
         if sample.caption_file is None:

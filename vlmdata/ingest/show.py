@@ -38,6 +38,7 @@ from vlmdata.ingest.images import sniff
 from vlmdata.ingest.rendering import ANSI, PLAIN, Piece, TokenRenderer, format_pieces
 from vlmdata.ingest.video import clip_extension
 from vlmdata.keyindex.lookup import FoundSample, find_samples
+from vlmdata.video.frame_list import FRAME_LIST_CODEC, FRAME_LIST_EXT
 
 __all__ = ["RenderedText", "ViewText", "render_text", "sample_report", "show_samples"]
 
@@ -131,7 +132,8 @@ def _stem(found: FoundSample, unique: bool) -> str:
 def _clip_entry(clip) -> dict:
     """What `show` lists of a stored clip: its member and its probe's main figures."""
     info = clip.info
-    return {"ext": clip_extension(bytes(clip.data[:64])), "bytes": len(clip.data), "codec": info["codec"],
+    ext = FRAME_LIST_EXT if info["codec"] == FRAME_LIST_CODEC else clip_extension(bytes(clip.data[:64]))
+    return {"ext": ext, "bytes": len(clip.data), "codec": info["codec"],
             "width": info["width"], "height": info["height"], "rotation": info["rotation"],
             "duration_s": info["duration_s"], "average_fps": info["average_fps"],
             "measured_fps": info["measured_fps"], "variable_rate": info["variable_rate"], "frames": info["frames"],

@@ -11,7 +11,8 @@ is skipped as `video_unsupported`, never trained as text (`reject_unparsed_video
 
 At shard time each clip is read (within `--max-video-bytes`) and probed (`vlmdata.video.probe_clip`,
 bounded by `ClipLimits`): a hostile clip is skipped under the probe's own reason. A clip that probes
-is kept byte for byte (`prepare_video`) with its extension (`clip_extension`) and its `ClipInfo`.
+is kept byte for byte (`prepare_video`) with its extension (`clip_extension`) and its `ClipInfo`; a
+`FrameList` is stored as one video by `ingest.frame_list`.
 The sample is written only when the text encoder lays out videos (`encodes_video`, see
 `require_video_policy`); until the model family has a video policy the row is `video_unsupported`,
 counted after its clips were probed.
@@ -26,7 +27,7 @@ from vlmdata.text.conversation import VIDEO_MARKER
 from vlmdata.video.probe import ClipLimits, probe_clip
 
 __all__ = ["DEFAULT_MAX_VIDEO_BYTES", "VIDEO_MARKER", "FrameList", "VideoOptions", "clip_extension", "encodes_video",
-           "prepare_video", "reject_frame_list", "reject_unparsed_video", "reject_video_refs", "require_video_policy", "video_in_row",
+           "prepare_video", "reject_unparsed_video", "reject_video_refs", "require_video_policy", "video_in_row",
            "video_item_ref", "video_refs"]
 
 VIDEO_FIELDS = ("video", "videos", "video_url")
@@ -94,14 +95,35 @@ def _is_frame_list(value) -> bool:
         isinstance(v, str) and v.split("?", 1)[0].lower().endswith(FRAME_EXTS) for v in value)
 
 
+def _frame_list(value, holder: dict) -> FrameList | None:
+    """The FrameList `value` stands for: a list of image paths (its rate from `holder`), or a
+    {"frames": [...], "fps": F} object (its own rate, else the holder's); None for anything else."""
+    if _is_frame_list(value):
+        return FrameList(tuple(value), _fps(holder))
+    if not (isinstance(value, dict) and "frames" in value):
+        return None
+    frames = value["frames"]
+    if isinstance(frames, (list, tuple)) and not frames:
+        raise RowProblem(Skip.NO_VIDEO_FRAMES, "a frame list with no frames")
+    if not (isinstance(frames, (list, tuple)) and all(isinstance(f, str) and f for f in frames)):
+        raise RowProblem(Skip.BAD_IMAGE_REF, f"frames {str(frames)[:60]!r} is not a list of image paths")
+    return FrameList(tuple(frames), _fps(value) or _fps(holder))
+
+
 def video_refs(value, holder: dict | None = None) -> list:
     """The videos of a `video` / `videos` field: clip references (a path, URL or bytes, Hugging Face style
     {"bytes", "path"} dicts) and `FrameList`s (a list of image paths standing for one video, its rate from
-    the `fps` / `sample_fps` field of `holder`, the row); RowProblem for anything else."""
+    the `fps` / `sample_fps` field of `holder`, the row; or a {"frames": [...], "fps": F} object);
+    RowProblem for anything else. An empty list beside a frame rate is a frame list without frames
+    (no_video_frames); otherwise an empty field names no video."""
+    holder = holder or {}
+    if isinstance(value, (list, tuple)) and not value and _fps(holder) is not None:
+        raise RowProblem(Skip.NO_VIDEO_FRAMES, "an empty frame list (the row gives a frame rate)")
     if _empty(value):
         return []
-    if _is_frame_list(value):
-        return [FrameList(tuple(value), _fps(holder or {}))]
+    frames = _frame_list(value, holder)
+    if frames is not None:
+        return [frames]
     if isinstance(value, (str, bytes)):
         return [value]
     if isinstance(value, dict):
@@ -118,8 +140,9 @@ def video_item_ref(item: dict):
     """The video a `{"type": "video"}` / `{"type": "video_url"}` content item names (a clip reference or a
     `FrameList`), or None when it names none (it then takes the row's next video)."""
     value = item.get("video")
-    if _is_frame_list(value):
-        return FrameList(tuple(value), _fps(item))
+    frames = _frame_list(value, item)
+    if frames is not None:
+        return frames
     if isinstance(item.get("video_url"), dict):
         value = item["video_url"].get("url")
     for v in (value, item.get("url"), item.get("path"), item.get("bytes")):
@@ -165,14 +188,6 @@ def clip_extension(data: bytes, ref=None) -> str:
         if f".{ext}" in VIDEO_EXTS:
             return ext
     return "video"
-
-
-def reject_frame_list(ref) -> None:
-    """RowProblem(video_unsupported) for a frame list: parsed, not stored yet (only clips are)."""
-    if isinstance(ref, FrameList):
-        rate = f" at {ref.fps:g} fps" if ref.fps else ""
-        raise RowProblem(Skip.VIDEO_UNSUPPORTED, f"a list of {len(ref.frames)} frames{rate} standing for one video: "
-                                                 "frame lists are parsed but not stored yet (shard the clip itself)")
 
 
 def prepare_video(data: bytes, ref, opts: VideoOptions) -> EncodedVideo:

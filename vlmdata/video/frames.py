@@ -7,7 +7,8 @@ forward (the next wanted frame lies before the next keyframe) or to seek to the 
 that precedes it, so a clip sampled at 2 fps decodes about one GOP per sampled frame
 instead of every frame. A seek that lands past its target (a container with an inexact
 index) falls back to the previous keyframe, then to the start, so the frames returned are
-always exactly the ones asked for.
+always exactly the ones asked for. A stored frame list (`vlmdata.video.frame_list`, codec "frames") is
+read by decoding only its sampled image members.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import io
 import numpy as np
 
 from vlmdata.errors import Skip
+from vlmdata.video.frame_list import FRAME_LIST_CODEC, decode_frame_list
 from vlmdata.video.probe import ClipInfo, ClipProblem
 
 __all__ = ["decode_frames"]
@@ -121,6 +123,10 @@ def decode_frames(data: bytes, info: ClipInfo, indices, stats: dict | None = Non
     wanted = sorted({int(i) for i in indices})
     if wanted and (wanted[0] < 0 or wanted[-1] >= info.frames):
         raise IndexError(f"frame indices must be in [0, {info.frames}); got {wanted[0]}..{wanted[-1]}")
+    if info.codec == FRAME_LIST_CODEC:
+        if stats is not None:
+            stats.update(decoded=len(wanted), seeks=0)
+        return decode_frame_list(data, info, indices)
     out: dict[int, np.ndarray | None] = dict.fromkeys(wanted)
     reader = _Reader(data, info)
     try:
