@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.helpers.models import qwen_folder_or_skip
-from tests.video.qwen_video_corpus import VIDEO_CONFIG, qwen_video_folder
+from tests.helpers.models import qwen3_folder_or_skip, qwen_folder_or_skip
+from tests.video.qwen_video_corpus import QWEN3_VIDEO_CONFIG, VIDEO_CONFIG, qwen_video_folder
 from vlmdata import VLMDataset
 from vlmdata.formats import Manifest, SampleIndex, read_sample
 from vlmdata.ingest import ShardConfig, shard_dataset
@@ -25,6 +25,7 @@ from vlmdata.testing import ClipSpec, make_clip
 from vlmdata.video import VideoPolicy, frame_list_info, probe_clip
 
 N = 20
+VIDEO_PAD = 151656
 QUESTION, ANSWER = "<video>\nWhat happens?", "Stripes move."
 
 
@@ -34,8 +35,8 @@ def _row(key: str, video, **extra) -> dict:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """A clip, its decoded frames as PNG files, and rows naming them (good and bad) sharded for Qwen2-VL."""
+def raw(tmp_path_factory):
+    """A clip, its decoded frames as PNG files, and rows naming them (good and bad)."""
     import av
 
     root = tmp_path_factory.mktemp("frames")
@@ -59,10 +60,22 @@ def corpus(tmp_path_factory):
             _row("mixed", paths[:3] + ["frames/small.png"], fps=fps), _row("empty", {"frames": []}),
             _row("missing", paths[:3] + ["frames/gone.png"], fps=fps),
             _row("junk", paths[:3] + ["frames/junk.png"], fps=fps), _row("cut", ["frames/cut.png"] + paths[1:], fps=fps)]
-    (raw / "data.json").write_text(json.dumps(rows))
-    folder = qwen_video_folder(qwen_folder_or_skip(), str(root / "qwen2-vl"))
-    shard_dataset(ShardConfig(inputs=[str(raw / "data.json")], output=str(root / "ds"), tokenizer=folder, workers=0))
-    return {"ds": str(root / "ds"), "raw": raw, "paths": paths, "fps": fps}
+    return {"root": root, "raw": raw, "rows": rows, "paths": paths, "fps": fps}
+
+
+def _shard(raw: dict, name: str, folder: str, keys: set[str] | None = None) -> str:
+    data = raw["raw"] / f"{name}.json"
+    data.write_text(json.dumps([r for r in raw["rows"] if keys is None or r["id"] in keys]))
+    out = str(raw["root"] / name)
+    shard_dataset(ShardConfig(inputs=[str(data)], output=out, tokenizer=folder, workers=0))
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus(raw):
+    """All rows sharded for Qwen2-VL."""
+    folder = qwen_video_folder(qwen_folder_or_skip(), str(raw["root"] / "qwen2-vl"))
+    return raw | {"ds": _shard(raw, "qwen2", folder)}
 
 
 def _policy() -> VideoPolicy:
@@ -145,3 +158,15 @@ def test_show_and_inspect_report_a_frame_list_like_a_clip(corpus):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "videos: 5 clips in 5 samples" in r.stdout
+
+
+def test_a_qwen3_vl_frame_list_loads_as_its_clip_timestamps_included(raw):
+    folder = qwen_video_folder(qwen3_folder_or_skip(), str(raw["root"] / "qwen3-vl"), QWEN3_VIDEO_CONFIG,
+                               "Qwen3VLVideoProcessor")
+    got, skipped = _samples(_shard(raw, "qwen3", folder, {"clip", "listed"}))
+    assert set(got) == {"clip", "listed"} and not skipped
+    t, h, w = got["clip"]["grid"]
+    assert int((got["clip"]["ids"] == VIDEO_PAD).sum()) == t * h * w // 4 > 0 and t >= 2   # one stamp per patch
+    for part in ("ids", "rows"):
+        assert np.array_equal(got["listed"][part], got["clip"][part]), part
+    assert got["listed"]["grid"] == got["clip"]["grid"]
