@@ -19,8 +19,7 @@ from tests.helpers.models import qwen3_folder_or_skip, qwen_folder_or_skip
 from tests.video.qwen_video_corpus import QWEN3_VIDEO_CONFIG, VIDEO_CONFIG, qwen_video_folder
 from vlmdata import VLMDataset
 from vlmdata.formats import Manifest, SampleIndex, read_sample
-from vlmdata.ingest import ShardConfig, shard_dataset
-from vlmdata.ingest.frame_list import DEFAULT_FRAME_LIST_FPS
+from vlmdata.ingest import DEFAULT_FRAME_LIST_FPS, ShardConfig, shard_dataset
 from vlmdata.testing import ClipSpec, make_clip
 from vlmdata.video import VideoPolicy, frame_list_info, probe_clip
 
