@@ -102,6 +102,12 @@ def test_bad_frame_lists_are_counted_under_their_reason(video, reason):
     assert err.value.reason == reason
 
 
+def test_an_empty_video_column_beside_a_rate_names_no_video_without_a_marker():
+    sample, conv = _conv({"id": "t", "video": [], "fps": 2, "conversations": [
+        {"from": "human", "value": QUESTION}, {"from": "gpt", "value": "No video here."}]})
+    assert sample.videos == [] and conv.n_videos == 0
+
+
 @pytest.mark.parametrize("row, reason", [
     ({"video": "a.mp4", "conversations": [{"from": "human", "value": "<video><video>?"},
                                           {"from": "gpt", "value": "x"}]}, "marker_mismatch"),

@@ -114,10 +114,11 @@ def video_refs(value, holder: dict | None = None) -> list:
     """The videos of a `video` / `videos` field: clip references (a path, URL or bytes, Hugging Face style
     {"bytes", "path"} dicts) and `FrameList`s (a list of image paths standing for one video, its rate from
     the `fps` / `sample_fps` field of `holder`, the row; or a {"frames": [...], "fps": F} object);
-    RowProblem for anything else. An empty list beside a frame rate is a frame list without frames
-    (no_video_frames); otherwise an empty field names no video."""
+    RowProblem for anything else. An empty list in a row that gives a frame rate and carries a video
+    (a `<video>` marker) is a frame list without frames (no_video_frames); otherwise an empty field names
+    no video."""
     holder = holder or {}
-    if isinstance(value, (list, tuple)) and not value and _fps(holder) is not None:
+    if isinstance(value, (list, tuple)) and not value and _fps(holder) is not None and video_in_row(holder):
         raise RowProblem(Skip.NO_VIDEO_FRAMES, "an empty frame list (the row gives a frame rate)")
     if _empty(value):
         return []
