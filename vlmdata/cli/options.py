@@ -117,4 +117,4 @@ def print_lengths(manifest) -> None:
     lengths = manifest.stats.get("lengths")
     if lengths:
         print(f"lengths: {LengthReport.from_stats(lengths, manifest.num_samples).summary()} "
-              f"(text + image tokens; `vlmdata inspect DATASET --max-tokens N` for a budget)")
+              f"(text + image + video tokens; `vlmdata inspect DATASET --max-tokens N` for a budget)")

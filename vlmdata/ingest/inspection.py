@@ -3,7 +3,7 @@
 Counts, histograms of tokens per sample, images per sample and image sizes
 (from the planning columns, read a few thousand shards at a time, so a
 dataset of any size fits in memory; no shard is decoded), how many samples
-are longer than common `max_tokens` budgets (text + image tokens, as the
+are longer than common `max_tokens` budgets (text + image + video tokens, as the
 loader plans them: `ingest.lengths`), for a dataset holding clips their count
 and a histogram of their durations (from the shard indices' video columns),
 skipped samples by reason with an example each, and a few samples rendered as
@@ -136,7 +136,7 @@ def _length_lines(root: str, m: Manifest, so: dict, max_tokens: int | None, imag
     policy = dataset_policy(m, image_size)
     budgets = sorted(set(BUDGETS) | ({int(max_tokens)} if max_tokens else set()))
     report = length_report(root, m, so, budgets, policy)
-    lines = [f"\nsample lengths (text + image tokens, image policy {report.policy})"]
+    lines = [f"\nsample lengths (text + image + video tokens, image policy {report.policy})"]
     if max_tokens:
         lines.append(f"  {report.budget_line(int(max_tokens))}")
     lines += [f"  longer than {b:>6} tok {report.over[b]:>9}  ({100 * report.share(b):.1f} %)" for b in budgets]

@@ -2,7 +2,7 @@
 
 A sample's length is what the loader plans with (`plan.lengths.sample_lengths`): its text tokens
 plus the image tokens of each image under the image policy `VLMDataset(image_size=None)` uses (the
-model family's, a memmap dataset's stored size, else 336 px fixed). The text tokens are those of
+model family's, a memmap dataset's stored size, else 336 px fixed), plus its clips' video tokens. The text tokens are those of
 the dataset's default text view. Columns are read a few thousand shards at a time; no shard is read.
 At shard and index time `LengthCounter` takes each shard index as the dataset-wide tables are
 written (`ingest.finalize`), so nothing is read twice. The keys of the longest samples come from
@@ -72,7 +72,7 @@ def iter_planning(root: str, manifest: Manifest, so: dict) -> Iterator[dict]:
 
 @dataclass
 class LengthReport:
-    """Sample lengths (text + image tokens) against token budgets."""
+    """Sample lengths (text + image + video tokens) against token budgets."""
 
     samples: int
     policy: dict
