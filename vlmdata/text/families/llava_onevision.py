@@ -9,6 +9,12 @@ sample holds several. The numbers come from `preprocessor_config.json` (tile siz
 mean, resample), `processor_config.json` (`num_image_tokens`, `vision_aspect_ratio`, the feature
 strategy) and `config.json` (the vision tower's patch and image size, the same settings); the
 files must agree. Trained: the template's `{% generation %}` replies and the `<|im_end|>` closing each.
+
+Videos: the template writes `<video>\\n` per video item (before the message's text, after its images); the
+one `<video>` is expanded at load time by the video policy (`video.onevision_policy.OnevisionVideoPolicy`:
+N uniform frames of the tile size, N * ceil(side / 2)² + 1 tokens), N read from the folder's
+video_preprocessor_config.json (or the `video_processor` entry of processor_config.json). The model
+normalises video frames with the image mean/std here, so the video config must not give other ones.
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import math
 from vlmdata.decode.tiling.llava_onevision import DEFAULT_PINPOINTS
 from vlmdata.errors import ConfigError
 from vlmdata.text.families.base import ModelFamily, VisionSpec
+from vlmdata.video.onevision_policy import DEFAULT_NUM_FRAMES, OnevisionVideoPolicy
 
 __all__ = ["LlavaOnevisionFamily"]
 
@@ -32,6 +39,30 @@ class LlavaOnevisionFamily(ModelFamily):
     processors = ("LlavaOnevisionProcessor",)
     image_processors = ("LlavaOnevisionImageProcessor",)
     end_of_turn = ("<|im_end|>",)
+    encodes_video = True
+
+    @property
+    def video_token_id(self) -> int:
+        return self.token_id(self.folder.processor.get("video_token") or "<video>")
+
+    def video_policy(self, tile: int, side: int, patch: int, mean: tuple, std: tuple) -> dict:
+        """The video policy dict: `num_frames` from the folder's video settings (else DEFAULT_NUM_FRAMES)."""
+        vp = self.video_config()
+        if vp.get("fps") and not vp.get("num_frames"):
+            raise ConfigError(f"{self.folder.path}: the video processor samples by fps; vlmdata lays out "
+                              "LLaVA-OneVision videos of num_frames uniform frames (set num_frames)")
+        for key, want in (("image_mean", mean), ("image_std", std)):
+            if vp.get(key) is not None and tuple(float(x) for x in vp[key]) != tuple(float(x) for x in want):
+                raise ConfigError(f"{self.folder.path}: the video processor's {key} {vp[key]} differs from the "
+                                  f"image processor's {list(want)} (vlmdata normalises both alike)")
+        size = vp.get("size") if isinstance(vp.get("size"), dict) else {}
+        if size and int(size.get("height") or tile) != tile:
+            raise ConfigError(f"{self.folder.path}: video frames of {size} are not the {tile} px tile")
+        return OnevisionVideoPolicy(num_frames=int(vp.get("num_frames") or DEFAULT_NUM_FRAMES), tile=tile, side=side,
+                                    patch=patch, resample=int(vp.get("resample", 3))).to_dict()
+
+    def document_video_text(self) -> str:
+        return self.tokenizer.id_to_token(self.video_token_id)
 
     def _setting(self, name: str, *sources: dict, default=None):
         """The one value of `name` the files give (they must agree), else `default`."""
@@ -60,7 +91,7 @@ class LlavaOnevisionFamily(ModelFamily):
             raise ConfigError(f"{self.folder.path}: {tile} px tiles, a {tower} px vision tower with patch {patch} "
                               f"and num_image_tokens {features} do not agree (LLaVA-OneVision: "
                               "sqrt(num_image_tokens) = image_size / patch, tiles of image_size)")
-        mean = tuple(pp.get("image_mean", CLIP_MEAN))
+        mean, std = tuple(pp.get("image_mean", CLIP_MEAN)), tuple(pp.get("image_std", CLIP_STD))
         token = proc.get("image_token") or "<image>"
         policy = {"kind": "llava_onevision", "tile": tile, "patch": patch, "merge": 1,
                   "image_token_id": self.token_id(token), "side": side,
@@ -70,8 +101,9 @@ class LlavaOnevisionFamily(ModelFamily):
         return VisionSpec(
             image_token=token, image_token_id=self.token_id(token), vision_start_id=None, vision_end_id=None,
             patch_size=patch, merge_size=1, temporal_patch_size=1, image_mean=mean,
-            image_std=tuple(pp.get("image_std", CLIP_STD)), min_pixels=None, max_pixels=None, image_size=None,
-            resample=int(pp.get("resample", 3)), policy=policy)
+            image_std=std, min_pixels=None, max_pixels=None, image_size=None,
+            resample=int(pp.get("resample", 3)), policy=policy,
+            video_policy=self.video_policy(tile, side, patch, mean, std), video_token_id=self.video_token_id)
 
     def document_end(self) -> str | None:
         return "<|endoftext|>" if self.tokenizer.token_to_id("<|endoftext|>") is not None else super().document_end()
