@@ -51,9 +51,10 @@ class LlavaOnevisionFamily(ModelFamily):
         if vp.get("fps") and not vp.get("num_frames"):
             raise ConfigError(f"{self.folder.path}: the video processor samples by fps; vlmdata lays out "
                               "LLaVA-OneVision videos of num_frames uniform frames (set num_frames)")
-        for key, want in (("image_mean", mean), ("image_std", std)):
-            if vp.get(key) is not None and tuple(float(x) for x in vp[key]) != tuple(float(x) for x in want):
-                raise ConfigError(f"{self.folder.path}: the video processor's {key} {vp[key]} differs from the "
+        for key, want, default in (("image_mean", mean, CLIP_MEAN), ("image_std", std, CLIP_STD)):
+            given = vp.get(key, default) if vp else want      # LlavaOnevisionVideoProcessor's defaults: CLIP's
+            if tuple(float(x) for x in given) != tuple(float(x) for x in want):
+                raise ConfigError(f"{self.folder.path}: the video processor's {key} {list(given)} differs from the "
                                   f"image processor's {list(want)} (vlmdata normalises both alike)")
         size = vp.get("size") if isinstance(vp.get("size"), dict) else {}
         if size and int(size.get("height") or tile) != tile:
