@@ -120,4 +120,4 @@ def test_a_video_config_it_cannot_lay_out_is_refused(tmp_path, config, match):
     from vlmdata.text.families import load_family
 
     with pytest.raises(ConfigError, match=match):
-        load_family(_folder(tmp_path, config)).vision
+        _ = load_family(_folder(tmp_path, config)).vision

@@ -1,0 +1,112 @@
+"""Videos through a tiny random LLaVA-OneVision (issue 22 item 5): a LLaVA-Video JSON (two clips made at test time,
+one shorter than the policy's N frames, and an image sample) sharded with the tiny folder loads into one pack whose
+adapter inputs stack the clips as the model's `pixel_values_videos` [videos, N, 3, S, S], normalised; the model's
+video features fill exactly the `<video>` runs, and the pack's loss and gradients equal the sum over its samples run
+alone (fp32, 1e-5), which a moved boundary breaks."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from PIL import Image
+
+from tests.helpers.hf import (
+    ONEVISION_TILE,
+    _grads,
+    run_packed,
+    shift_one_boundary,
+    tiny_model,
+    write_onevision_folder,
+)
+from tests.helpers.train import assert_grads_close
+from tests.helpers.video_packs import adapter_inputs
+from vlmdata import VLMDataset
+from vlmdata.hf import ModelSpec, block_causal_mask
+from vlmdata.ingest import ShardConfig, shard_dataset
+from vlmdata.testing import ClipSpec, make_clip
+
+TOL = 1e-5
+N = 4                                   # frames per clip (the folder's video config)
+PER_CLIP = N * (ONEVISION_TILE // 14 // 2) ** 2 + 1
+
+
+def _turns(question: str, answer: str) -> list[dict]:
+    return [{"from": "human", "value": question}, {"from": "gpt", "value": answer}]
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ov-video")
+    folder = write_onevision_folder(str(root / "ov"))
+    (root / "ov/video_preprocessor_config.json").write_text(json.dumps(
+        {"video_processor_type": "LlavaOnevisionVideoProcessor", "num_frames": N, "image_mean": [0.5] * 3,
+         "image_std": [0.5] * 3, "size": {"height": ONEVISION_TILE, "width": ONEVISION_TILE}}))
+    (root / "raw").mkdir()
+    (root / "raw/a.mp4").write_bytes(make_clip(ClipSpec(frames=30, fps=10, width=64, height=48)))
+    (root / "raw/b.webm").write_bytes(make_clip(ClipSpec(container="webm", codec="libvpx-vp9", frames=3, fps=10,
+                                                         width=40, height=40)))
+    Image.new("RGB", (90, 40), (20, 140, 30)).save(root / "raw/still.png")
+    rows = [{"id": "clip", "video": "a.mp4", "conversations": _turns("<video>\nwhat happens ?", "a dog runs")},
+            {"id": "still", "image": "still.png", "conversations": _turns("<image>\nwhat colour ?", "green")},
+            {"id": "short", "video": "b.webm", "conversations": _turns("<video>\nand this ?", "a cat")}]
+    (root / "raw/data.json").write_text(json.dumps(rows))
+    m = shard_dataset(ShardConfig(inputs=[str(root / "raw/data.json")], output=str(root / "ds"), tokenizer=folder,
+                                  workers=0))
+    assert m.num_samples == 3 and not m.stats.get("skipped")          # the clips are sharded, not skipped
+    batches = list(VLMDataset(str(root / "ds"), max_tokens=4096))
+    assert len(batches) == 1 and len(batches[0]["sample_keys"]) == 3
+    spec = ModelSpec.from_folder(folder)
+    assert spec.video_token_id == tiny_model(folder).config.video_token_id
+    return folder, spec, batches[0]
+
+
+def test_clips_reach_the_model_stacked_and_normalised(packed):
+    _, spec, pack = packed
+    inputs = adapter_inputs(spec, pack)
+    videos = inputs["pixel_values_videos"]
+    assert videos.shape == (2, N, 3, ONEVISION_TILE, ONEVISION_TILE) and videos.dtype == torch.float32
+    raw = pack["pixel_values_videos"].float().view(2, N, 3, ONEVISION_TILE, ONEVISION_TILE)
+    assert float((videos - (raw / 255 - 0.5) / 0.5).abs().max()) <= 1e-6
+    assert int((inputs["input_ids"] == spec.video_token_id).sum()) == 2 * PER_CLIP
+    assert "video_frames" not in inputs                     # host-only: not a forward argument
+
+
+def _alone(spec, inputs: dict) -> list[dict]:
+    """Each packed sample alone: its ids and labels, its clips (PER_CLIP video tokens each), and the pack's images
+    for the one sample holding image tokens; the model numbers positions itself."""
+    cu = inputs["cu_seq_lens_q"].tolist()
+    out, clip = [], 0
+    for a, b in zip(cu[:-1], cu[1:]):
+        ids = inputs["input_ids"][0, a:b]
+        one = {"input_ids": ids[None], "labels": inputs["labels"][0, a:b][None]}
+        n = int((ids == spec.video_token_id).sum()) // PER_CLIP
+        if n:
+            one["pixel_values_videos"] = inputs["pixel_values_videos"][clip:clip + n]
+            clip += n
+        if int((ids == spec.image_token_id).sum()):
+            one.update({k: inputs[k] for k in ("pixel_values", "image_sizes", "batch_num_images")})
+        out.append(one)
+    return out
+
+
+@pytest.mark.slow
+def test_packed_loss_and_gradients_equal_each_sample_alone(packed):
+    folder, spec, pack = packed
+    model = tiny_model(folder)
+    inputs = adapter_inputs(spec, pack)
+    count = int((inputs["labels"][0, 1:] != -100).sum())
+    packed_loss, packed_grads = run_packed(model, inputs, count)
+    model.zero_grad(set_to_none=True)
+    alone_loss = 0.0
+    for one in _alone(spec, inputs):
+        out = model(**one, num_items_in_batch=count)
+        out.loss.backward()
+        alone_loss += float(out.loss.detach())
+    assert abs(packed_loss - alone_loss) <= TOL * max(1.0, abs(alone_loss))
+    assert_grads_close(packed_grads, _grads(model), rel=TOL)
+    assert any(n.startswith("model.vision_tower") for n in packed_grads)
+    shifted = shift_one_boundary(inputs)                    # sdpa: the 4-D mask follows the moved boundary
+    shifted["attention_mask"] = block_causal_mask(shifted["cu_seq_lens_q"], shifted["input_ids"].shape[1])
+    wrong_loss, _ = run_packed(model, shifted, count)
+    assert abs(wrong_loss - alone_loss) > TOL * max(1.0, abs(alone_loss))
