@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-from vlmdata.errors import ConfigError
 from vlmdata.testing import ClipSpec, make_clip
 from vlmdata.video import OnevisionVideoPolicy, make_video_policy, probe_clip
 
@@ -116,8 +115,26 @@ def test_the_family_reads_the_folders_video_config(tmp_path):
                                           ({"num_frames": 4}, "image_mean"),       # CLIP's default, not 0.5
                                           ({"num_frames": 4, "image_mean": [0.5] * 3, "image_std": [0.5] * 3,
                                             "size": {"height": 56, "width": 56}}, "tile")])
-def test_a_video_config_it_cannot_lay_out_is_refused(tmp_path, config, match):
+def test_a_video_config_it_cannot_lay_out_skips_video_rows_counted(tmp_path, caplog, config, match):
+    """The family still lays out images; it warns why, and a video row is counted as video_unsupported while the
+    image row beside it is written."""
+    from PIL import Image
+
+    from vlmdata.ingest import ShardConfig, shard_dataset
     from vlmdata.text.families import load_family
 
-    with pytest.raises(ConfigError, match=match):
-        _ = load_family(_folder(tmp_path, config)).vision
+    folder = _folder(tmp_path, config)
+    with caplog.at_level("WARNING"):
+        fam = load_family(folder)
+    assert not fam.encodes_video and fam.vision.video_policy is None and fam.vision.image_token_id is not None
+    assert match in caplog.text and "video_unsupported" in caplog.text
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw/c.mp4").write_bytes(make_clip(ClipSpec(frames=20)))
+    Image.new("RGB", (40, 30), (9, 99, 199)).save(tmp_path / "raw/s.png")
+    turns = [{"from": "human", "value": "what ?"}, {"from": "gpt", "value": "green"}]
+    rows = [{"id": "v", "video": "c.mp4", "conversations": [dict(turns[0], value="<video>\nwhat ?"), turns[1]]},
+            {"id": "i", "image": "s.png", "conversations": [dict(turns[0], value="<image>\nwhat ?"), turns[1]]}]
+    (tmp_path / "raw/data.json").write_text(json.dumps(rows))
+    m = shard_dataset(ShardConfig(inputs=[str(tmp_path / "raw/data.json")], output=str(tmp_path / "ds"),
+                                  tokenizer=folder, workers=0))
+    assert m.num_samples == 1 and m.stats["skipped"] == {"video_unsupported": 1}

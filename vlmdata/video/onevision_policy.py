@@ -15,7 +15,8 @@ and `LlavaOnevisionModel.get_video_features`:
   each frame's side x side features bilinearly to ceil(side / 2)² and appends one newline feature per video).
 
 `fps`-based sampling (the processor's other mode) is not laid out: a folder whose video config sets `fps`
-without `num_frames` is refused by the family, since clips would then differ in frame count.
+without `num_frames` gets no video layout (its video rows are `video_unsupported`), since clips would then
+differ in frame count.
 """
 from __future__ import annotations
 

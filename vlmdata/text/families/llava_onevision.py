@@ -13,11 +13,13 @@ files must agree. Trained: the template's `{% generation %}` replies and the `<|
 Videos: the template writes `<video>\\n` per video item (before the message's text, after its images); the
 one `<video>` is expanded at load time by the video policy (`video.onevision_policy.OnevisionVideoPolicy`:
 N uniform frames of the tile size, N * ceil(side / 2)² + 1 tokens), N read from the folder's
-video_preprocessor_config.json (or the `video_processor` entry of processor_config.json). The model
-normalises video frames with the image mean/std here, so the video config must not give other ones.
+video_preprocessor_config.json (or the `video_processor` entry of processor_config.json). vlmdata
+normalises frames with the image mean/std; a video config it cannot lay out (other mean/std, frames not
+the tile, fps sampling) leaves images as they are and skips video rows as `video_unsupported`, with a warning.
 """
 from __future__ import annotations
 
+import logging
 import math
 
 from vlmdata.decode.tiling.llava_onevision import DEFAULT_PINPOINTS
@@ -26,6 +28,8 @@ from vlmdata.text.families.base import ModelFamily, VisionSpec
 from vlmdata.video.onevision_policy import DEFAULT_NUM_FRAMES, OnevisionVideoPolicy
 
 __all__ = ["LlavaOnevisionFamily"]
+
+log = logging.getLogger(__name__)
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)     # LlavaOnevisionImageProcessor's defaults
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -39,14 +43,27 @@ class LlavaOnevisionFamily(ModelFamily):
     processors = ("LlavaOnevisionProcessor",)
     image_processors = ("LlavaOnevisionImageProcessor",)
     end_of_turn = ("<|im_end|>",)
-    encodes_video = True
+
+    @property
+    def encodes_video(self) -> bool:
+        """Videos are laid out unless the folder's video settings cannot be (then they are video_unsupported)."""
+        vision = getattr(self, "vision", None)
+        return vision is not None and vision.video_policy is not None
 
     @property
     def video_token_id(self) -> int:
         return self.token_id(self.folder.processor.get("video_token") or "<video>")
 
-    def video_policy(self, tile: int, side: int, patch: int, mean: tuple, std: tuple) -> dict:
-        """The video policy dict: `num_frames` from the folder's video settings (else DEFAULT_NUM_FRAMES)."""
+    def video_policy(self, tile: int, side: int, patch: int, mean: tuple, std: tuple) -> dict | None:
+        """The video policy dict: `num_frames` from the folder's video settings (else DEFAULT_NUM_FRAMES); None,
+        with a warning, for settings vlmdata cannot lay out (the images are not affected)."""
+        try:
+            return self._video_policy(tile, side, patch, mean, std)
+        except ConfigError as exc:
+            log.warning("%s; its video rows are skipped as video_unsupported", exc)
+            return None
+
+    def _video_policy(self, tile: int, side: int, patch: int, mean: tuple, std: tuple) -> dict:
         vp = self.video_config()
         if vp.get("fps") and not vp.get("num_frames"):
             raise ConfigError(f"{self.folder.path}: the video processor samples by fps; vlmdata lays out "
@@ -94,6 +111,7 @@ class LlavaOnevisionFamily(ModelFamily):
                               "sqrt(num_image_tokens) = image_size / patch, tiles of image_size)")
         mean, std = tuple(pp.get("image_mean", CLIP_MEAN)), tuple(pp.get("image_std", CLIP_STD))
         token = proc.get("image_token") or "<image>"
+        video = self.video_policy(tile, side, patch, mean, std)
         policy = {"kind": "llava_onevision", "tile": tile, "patch": patch, "merge": 1,
                   "image_token_id": self.token_id(token), "side": side,
                   "pinpoints": [[int(a), int(b)] for a, b in pins], "max_patches": int(aspect[len("anyres_max_"):]),
@@ -104,7 +122,7 @@ class LlavaOnevisionFamily(ModelFamily):
             patch_size=patch, merge_size=1, temporal_patch_size=1, image_mean=mean,
             image_std=std, min_pixels=None, max_pixels=None, image_size=None,
             resample=int(pp.get("resample", 3)), policy=policy,
-            video_policy=self.video_policy(tile, side, patch, mean, std), video_token_id=self.video_token_id)
+            video_policy=video, video_token_id=self.video_token_id if video else None)
 
     def document_end(self) -> str | None:
         return "<|endoftext|>" if self.tokenizer.token_to_id("<|endoftext|>") is not None else super().document_end()
