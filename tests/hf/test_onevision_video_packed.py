@@ -21,10 +21,13 @@ from tests.helpers.hf import (
 )
 from tests.helpers.train import assert_grads_close
 from tests.helpers.video_packs import adapter_inputs
+from tests.video.qwen_video_corpus import assert_planned_lengths_are_built
 from vlmdata import VLMDataset
 from vlmdata.hf import ModelSpec, block_causal_mask
 from vlmdata.ingest import ShardConfig, shard_dataset
 from vlmdata.testing import ClipSpec, make_clip
+
+pytestmark = pytest.mark.slow                 # sharding the corpus and the tiny model: ~8 s together
 
 TOL = 1e-5
 N = 4                                   # frames per clip (the folder's video config)
@@ -58,11 +61,16 @@ def packed(tmp_path_factory):
     assert len(batches) == 1 and len(batches[0]["sample_keys"]) == 3
     spec = ModelSpec.from_folder(folder)
     assert spec.video_token_id == tiny_model(folder).config.video_token_id
-    return folder, spec, batches[0]
+    return folder, spec, batches[0], str(root / "ds")
+
+
+def test_planned_lengths_are_the_built_ones(packed):
+    """The planner counts N * ceil(side/2)² + 1 tokens per clip from the index, before any decode."""
+    assert_planned_lengths_are_built(packed[3], max_tokens=2048)
 
 
 def test_clips_reach_the_model_stacked_and_normalised(packed):
-    _, spec, pack = packed
+    _, spec, pack, _ = packed
     inputs = adapter_inputs(spec, pack)
     videos = inputs["pixel_values_videos"]
     assert videos.shape == (2, N, 3, ONEVISION_TILE, ONEVISION_TILE) and videos.dtype == torch.float32
@@ -90,9 +98,8 @@ def _alone(spec, inputs: dict) -> list[dict]:
     return out
 
 
-@pytest.mark.slow
 def test_packed_loss_and_gradients_equal_each_sample_alone(packed):
-    folder, spec, pack = packed
+    folder, spec, pack, _ = packed
     model = tiny_model(folder)
     inputs = adapter_inputs(spec, pack)
     count = int((inputs["labels"][0, 1:] != -100).sum())
