@@ -85,6 +85,13 @@ def test_clips_made_at_test_time_give_the_reference_frames_resized_to_the_tile(s
     assert got.tokens == int(pol.tokens(info.frames, info.measured_fps, info.width, info.height))
 
 
+def test_the_policys_defaults_are_the_processors():
+    """384 px frames, bicubic; 384 / 14 = 27 features a side (the family reads side from the folder)."""
+    ref, pol = reference_processor(), OnevisionVideoPolicy()
+    assert (ref.size.height, ref.size.width) == (pol.tile, pol.tile) and int(ref.resample) == pol.resample
+    assert pol.side == pol.tile // pol.patch == 27 and pol.per_frame() == 196
+
+
 def test_the_policy_round_trips_through_its_manifest_dict():
     pol = OnevisionVideoPolicy(num_frames=4, tile=28, side=2, resample=2)
     assert make_video_policy(pol.to_dict()) == pol

@@ -6,8 +6,8 @@ and `LlavaOnevisionModel.get_video_features`:
 - frames: `num_frames` N sampled uniformly, indices = `np.arange(N) * frames // N` (`default_sample_indices_fn`,
   the processor's `sample_frames` with `num_frames`). The processor's own default (`do_sample_frames=False`)
   keeps every frame it is handed, which leaves the choice to the caller; vlmdata samples N frames, the
-  folder's video `num_frames` when its video processor config sets one, else `DEFAULT_NUM_FRAMES` (32, the
-  frame count LLaVA-OneVision was trained with). A clip with fewer than N frames (where transformers raises)
+  folder's video `num_frames` when its video processor config sets one, else `DEFAULT_NUM_FRAMES` (32,
+  vlmdata's choice). A clip with fewer than N frames (where transformers raises)
   takes N frames by the same formula, repeating some: every clip then has N frames, so the clips of a pack
   stack as the model's `pixel_values_videos` [videos, N, 3, S, S];
 - frame size: S x S, the tile (`size` {"height", "width"}), bicubic, aspect not kept (the processor's resize);
