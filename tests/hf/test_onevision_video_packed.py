@@ -11,25 +11,16 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.helpers.hf import (
-    ONEVISION_TILE,
-    _grads,
-    run_packed,
-    shift_one_boundary,
-    tiny_model,
-    write_onevision_folder,
-)
-from tests.helpers.train import assert_grads_close
-from tests.helpers.video_packs import adapter_inputs
+from tests.helpers.hf import ONEVISION_TILE, tiny_model, write_onevision_folder
+from tests.helpers.video_packs import adapter_inputs, assert_packed_equals_alone
 from tests.video.qwen_video_corpus import assert_planned_lengths_are_built
 from vlmdata import VLMDataset
-from vlmdata.hf import ModelSpec, block_causal_mask
+from vlmdata.hf import ModelSpec
 from vlmdata.ingest import ShardConfig, shard_dataset
 from vlmdata.testing import ClipSpec, make_clip
 
 pytestmark = pytest.mark.slow                 # sharding the corpus and the tiny model: ~8 s together
 
-TOL = 1e-5
 N = 4                                   # frames per clip (the folder's video config)
 PER_CLIP = N * (ONEVISION_TILE // 14 // 2) ** 2 + 1
 
@@ -100,20 +91,5 @@ def _alone(spec, inputs: dict) -> list[dict]:
 
 def test_packed_loss_and_gradients_equal_each_sample_alone(packed):
     folder, spec, pack, _ = packed
-    model = tiny_model(folder)
-    inputs = adapter_inputs(spec, pack)
-    count = int((inputs["labels"][0, 1:] != -100).sum())
-    packed_loss, packed_grads = run_packed(model, inputs, count)
-    model.zero_grad(set_to_none=True)
-    alone_loss = 0.0
-    for one in _alone(spec, inputs):
-        out = model(**one, num_items_in_batch=count)
-        out.loss.backward()
-        alone_loss += float(out.loss.detach())
-    assert abs(packed_loss - alone_loss) <= TOL * max(1.0, abs(alone_loss))
-    assert_grads_close(packed_grads, _grads(model), rel=TOL)
-    assert any(n.startswith("model.vision_tower") for n in packed_grads)
-    shifted = shift_one_boundary(inputs)                    # sdpa: the 4-D mask follows the moved boundary
-    shifted["attention_mask"] = block_causal_mask(shifted["cu_seq_lens_q"], shifted["input_ids"].shape[1])
-    wrong_loss, _ = run_packed(model, shifted, count)
-    assert abs(wrong_loss - alone_loss) > TOL * max(1.0, abs(alone_loss))
+    assert_packed_equals_alone(tiny_model(folder), spec, adapter_inputs(spec, pack), alone=_alone,
+                               tower="model.vision_tower")
