@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DecodedVideo", "flatten_video", "resize_frames"]
+__all__ = ["DecodedVideo", "flatten_video", "resize_frames", "tile_rows"]
 
 
 @dataclass
@@ -38,6 +38,13 @@ def resize_frames(frames: list[np.ndarray], width: int, height: int, resample: i
     from PIL import Image
 
     return [np.asarray(Image.fromarray(f).resize((width, height), resample)) for f in frames]
+
+
+def tile_rows(frames: list[np.ndarray], tile: int, resample: int) -> np.ndarray:
+    """(H, W, 3) uint8 frames resized to tile x tile (aspect not kept) -> rows uint8 [n, 3 * tile * tile],
+    channel-major: one frame per row, as the tiled families' video processors give frames."""
+    x = np.stack(resize_frames(frames, tile, tile, resample)).transpose(0, 3, 1, 2)
+    return np.ascontiguousarray(x).reshape(len(frames), -1)
 
 
 def flatten_video(frames: list[np.ndarray], patch: int, merge: int, temporal_patch: int) -> np.ndarray:

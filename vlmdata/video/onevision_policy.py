@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from vlmdata.video.layout import DecodedVideo, resize_frames
+from vlmdata.video.layout import DecodedVideo, tile_rows
 
 __all__ = ["DEFAULT_NUM_FRAMES", "OnevisionVideoPolicy"]
 
@@ -62,8 +62,7 @@ class OnevisionVideoPolicy:
 
     def layout(self, frames: list[np.ndarray], second_per_grid: float) -> DecodedVideo:
         """Resize the sampled (H, W, 3) uint8 frames to the tile; rows uint8 [N, 3 * S * S], channel-major."""
-        x = np.stack(resize_frames(frames, self.tile, self.tile, self.resample)).transpose(0, 3, 1, 2)
-        rows = np.ascontiguousarray(x).reshape(len(frames), -1)
+        rows = tile_rows(frames, self.tile, self.resample)
         grid = (len(frames), self.tile // self.patch, self.tile // self.patch)
         return DecodedVideo(rows, grid, float(second_per_grid), 1, count=len(frames) * self.per_frame() + 1)
 
