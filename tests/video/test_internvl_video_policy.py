@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from vlmdata.video import InternVLVideoPolicy, make_video_policy
-from vlmdata.video.internvl_policy import frame_prefix_texts
+from vlmdata.video import InternVLVideoPolicy, frame_prefix_texts, make_video_policy
 
 FRAMES = [1, 3, 7, 8, 9, 17, 60, 61, 99, 100, 301, 1000, 2386, 7201]
 
