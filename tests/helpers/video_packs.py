@@ -75,9 +75,10 @@ def assert_positions_are_the_rope_index(model, spec, inputs: dict) -> int:
     return videos_seen
 
 
-def assert_packed_equals_alone(model, spec, inputs: dict) -> None:
-    """Packed loss and gradients = the sum over the samples run alone (fp32, TOL); the vision tower trains; a
-    boundary moved into sample 1 changes the loss."""
+def assert_packed_equals_alone(model, spec, inputs: dict, alone=None, tower: str = "model.visual") -> None:
+    """Packed loss and gradients = the sum over the samples run alone (fp32, TOL; `alone(spec, inputs)` cuts them
+    out, default `samples_alone`); the vision tower (parameters under `tower`) trains; a boundary moved into
+    sample 1 changes the loss."""
     count = trained_count(inputs)
     model.zero_grad(set_to_none=True)
     loss = model(**inputs, num_items_in_batch=count).loss
@@ -85,14 +86,14 @@ def assert_packed_equals_alone(model, spec, inputs: dict) -> None:
     packed_loss, packed_grads = float(loss.detach()), _grads(model)
     model.zero_grad(set_to_none=True)
     alone_loss = 0.0
-    for one in samples_alone(spec, inputs):
+    for one in (alone or samples_alone)(spec, inputs):
         out = model(**one, num_items_in_batch=count)
         out.loss.backward()
         alone_loss += float(out.loss.detach())
     alone_grads = _grads(model)
     assert abs(packed_loss - alone_loss) <= TOL * max(1.0, abs(alone_loss))
     assert_grads_close(packed_grads, alone_grads, rel=TOL)
-    assert any(n.startswith("model.visual") for n in packed_grads)          # the vision tower trained
+    assert any(n.startswith(tower) for n in packed_grads)                  # the vision tower trained
     cu = inputs["cu_seq_lens_q"].clone()
     cu[1] += int(cu[2] - cu[1]) // 2                                         # sample 0 swallows half of sample 1
     shifted = dict(inputs, **flash_kwargs(cu, int((cu[1:] - cu[:-1]).max())))

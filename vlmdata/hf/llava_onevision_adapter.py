@@ -13,6 +13,11 @@
   entry and every anyres image (always >= 2 tiles) an entry of 1.
 
 The image token run itself is the image token repeated (the model inserts its newline feature).
+
+Videos (`video.onevision_policy`): the pack's `pixel_values_videos` rows uint8 [frames, 3 * S * S] (one per
+sampled frame, clip after clip) become the model's `pixel_values_videos` [videos, N, 3, S, S], normalised
+with the image mean/std; every clip has the policy's N frames (`video_grid[:, 0]`), which the model needs
+to stack them. Its video token run is `<video>` repeated (pooled frames, then one newline feature).
 """
 from __future__ import annotations
 
@@ -20,8 +25,9 @@ import torch
 
 from vlmdata.errors import AdapterError
 from vlmdata.hf.adapter import TiledAdapter
+from vlmdata.hf.pixels import video_patches
 
-__all__ = ["LlavaOnevisionAdapter", "batch_num_images", "per_image_tiles"]
+__all__ = ["LlavaOnevisionAdapter", "batch_num_images", "per_image_tiles", "video_frames"]
 
 
 def batch_num_images(tiles: torch.Tensor) -> torch.Tensor:
@@ -54,10 +60,31 @@ def per_image_tiles(pixels: torch.Tensor, tiles: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def video_frames(rows: torch.Tensor, frames: torch.Tensor, tile: int) -> torch.Tensor:
+    """[sum frames, 3*S*S] -> [videos, N, 3, S, S]; AdapterError unless every clip has the same N frames."""
+    counts = frames.to(torch.int64)
+    if int(counts.sum()) != rows.shape[0] or rows.shape[1] != 3 * tile * tile:
+        raise AdapterError(f"video_grid gives {int(counts.sum())} frames of 3x{tile}x{tile} but the pack has rows "
+                           f"{list(rows.shape)}")
+    if len(set(counts.tolist())) > 1:
+        raise AdapterError(f"LLaVA-OneVision stacks a batch's clips: they need one frame count, got {counts.tolist()}")
+    return rows.reshape(len(counts), int(counts[0]), 3, tile, tile)
+
+
 class LlavaOnevisionAdapter(TiledAdapter):
     """LLaVA-OneVision: `pixel_values` per image, `image_sizes` (h, w), `batch_num_images`; 1-D positions."""
 
     family = ("llava-onevision",)
+
+    def images(self, pack: dict) -> dict:
+        out = super().images(pack)
+        rows = pack.get("pixel_values_videos")
+        if rows is not None and rows.shape[0]:
+            if self.spec.video_token_id is None:
+                raise AdapterError("the pack holds videos but the llava-onevision spec names no video_token_id")
+            out["pixel_values_videos"] = rows
+            out["video_frames"] = pack["video_grid"].to(torch.int64).reshape(-1, 3)[:, 0]
+        return out
 
     def tile_keys(self, pack: dict) -> dict:
         tiles = pack["image_tiles"].to(torch.int64)
@@ -66,10 +93,14 @@ class LlavaOnevisionAdapter(TiledAdapter):
 
     def finalize(self, batch: dict, device: torch.device | str | None = None,
                  dtype: torch.dtype = torch.float32) -> dict:
-        """TiledAdapter.finalize, then each image's tiles in a row of pixel_values (`image_tiles` is not a
-        forward argument: it stays here)."""
-        tiles = batch.get("image_tiles")
-        inputs = super().finalize({k: v for k, v in batch.items() if k != "image_tiles"}, device, dtype)
+        """TiledAdapter.finalize, then each image's tiles in a row of pixel_values and the clips' frames stacked
+        (`image_tiles` and `video_frames` are not forward arguments: they stay here)."""
+        tiles, frames = batch.get("image_tiles"), batch.get("video_frames")
+        inputs = super().finalize({k: v for k, v in batch.items() if k not in ("image_tiles", "video_frames")},
+                                  device, dtype)
+        if "pixel_values_videos" in inputs:
+            rows = video_patches(inputs["pixel_values_videos"], self.spec.image_mean, self.spec.image_std, dtype)
+            inputs["pixel_values_videos"] = video_frames(rows, frames, int(self.spec.policy["tile"]))
         if "pixel_values" in inputs:
             if tiles is None:
                 raise AdapterError("LLaVA-OneVision pixel_values without image_tiles: the pack lost its tile counts")

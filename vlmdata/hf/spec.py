@@ -85,7 +85,7 @@ class ModelSpec:
     image_size: int | None = None
     policy: dict | None = None              # a tiled family's image policy (decode.tiled), as in its manifest
     sliding_window: int | None = None       # the text model's sliding-window span (Gemma 3's packed masks)
-    video_token_id: int | None = None       # Qwen2-VL / Qwen2.5-VL: `<|video_pad|>`
+    video_token_id: int | None = None       # Qwen2-VL / Qwen2.5-VL: `<|video_pad|>`; LLaVA-OneVision: `<video>`
     tokens_per_second: float | None = None  # Qwen2.5-VL: temporal positions per second of video
 
     def __post_init__(self) -> None:
@@ -170,7 +170,8 @@ class ModelSpec:
                        vision_start_token_id=v.vision_start_id, min_pixels=v.min_pixels, max_pixels=v.max_pixels,
                        video_token_id=v.video_token_id, tokens_per_second=v.tokens_per_second)
         if v.policy.get("kind") not in ("fixed", "dynamic"):
-            return cls(**common, merge_size=v.merge_size, vocab_size=family.vocab_size, policy=dict(v.policy))
+            return cls(**common, merge_size=v.merge_size, vocab_size=family.vocab_size, policy=dict(v.policy),
+                       video_token_id=v.video_token_id)
         return cls(**common, image_size=v.image_size)
 
     @classmethod

@@ -9,6 +9,8 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "pack_frames": "frame_list",
     "DecodedVideo": "layout", "VideoPolicy": "policy", "make_video_policy": "policy", "sample_video_tokens": "policy",
     "flatten_video": "layout", "POLICY_KINDS": "policy",
+    "OnevisionVideoPolicy": "onevision_policy", "InternVLVideoPolicy": "internvl_policy",
+    "frame_prefix_texts": "internvl_policy",
     "Qwen3VideoPolicy": "qwen3_policy", "smart_resize_video": "qwen3_policy",
     "TIMESTAMP_PIECES": "timestamps", "patch_timestamps": "timestamps", "stamp_ids": "timestamps",
     "stamp_pieces": "timestamps", "stamp_text": "timestamps", "stamps_length": "timestamps",

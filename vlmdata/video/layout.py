@@ -1,29 +1,34 @@
-"""A clip laid out for a Qwen-VL model: its frames resized and flattened into the processor's patch rows."""
+"""A clip laid out for a model: its frames resized (and, for Qwen-VL, flattened into the processor's patch rows)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DecodedVideo", "flatten_video", "resize_frames"]
+__all__ = ["DecodedVideo", "flatten_video", "resize_frames", "tile_rows"]
 
 
 @dataclass
 class DecodedVideo:
     """One clip laid out for the model: rows uint8 [t*h*w, 3*tp*patch*patch] in Qwen's patch order,
     grid (t, h, w) in patches, and the seconds one temporal patch spans. `expansion`: the token ids its
-    placeholder becomes when they are not all the video token (Qwen3-VL's timestamps and frame markers)."""
+    placeholder becomes when they are not all the video token (Qwen3-VL's timestamps and frame markers);
+    `count`: the video tokens when they are not t*h*w / merge² (LLaVA-OneVision: one row per frame, pooled
+    features and a newline)."""
 
     rows: np.ndarray
     grid: tuple[int, int, int]
     second_per_grid: float
     merge: int
     expansion: np.ndarray | None = None
+    count: int | None = None
 
     @property
     def tokens(self) -> int:
         if self.expansion is not None:
             return len(self.expansion)
+        if self.count is not None:
+            return self.count
         t, h, w = self.grid
         return t * h * w // (self.merge * self.merge)
 
@@ -33,6 +38,13 @@ def resize_frames(frames: list[np.ndarray], width: int, height: int, resample: i
     from PIL import Image
 
     return [np.asarray(Image.fromarray(f).resize((width, height), resample)) for f in frames]
+
+
+def tile_rows(frames: list[np.ndarray], tile: int, resample: int) -> np.ndarray:
+    """(H, W, 3) uint8 frames resized to tile x tile (aspect not kept) -> rows uint8 [n, 3 * tile * tile],
+    channel-major: one frame per row, as the tiled families' video processors give frames."""
+    x = np.stack(resize_frames(frames, tile, tile, resample)).transpose(0, 3, 1, 2)
+    return np.ascontiguousarray(x).reshape(len(frames), -1)
 
 
 def flatten_video(frames: list[np.ndarray], patch: int, merge: int, temporal_patch: int) -> np.ndarray:

@@ -20,7 +20,9 @@ loader read the same number, so planned and built lengths agree. For a constant-
 declared rate transformers reads.
 
 `make_video_policy(dict)` builds a family's policy from its manifest dict by its `kind` (`POLICY_KINDS`:
-this one, `qwen2_vl_video`, and Qwen3-VL's `qwen3_vl_video`, `video.qwen3_policy`).
+this one, `qwen2_vl_video`, Qwen3-VL's `qwen3_vl_video`, `video.qwen3_policy`, and LLaVA-OneVision's
+`llava_onevision_video`, `video.onevision_policy`; InternVL's `internvl_video`, `video.internvl_policy`,
+not yet used by its family).
 
 `VideoPolicy.tokens(...)` is vectorised over numpy arrays (the planner counts from index columns);
 `load(data, info)` decodes only the sampled frames, one clip at a time, and lays them out as Qwen's
@@ -33,7 +35,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from vlmdata.decode.policy import DynamicPolicy
+from vlmdata.video.internvl_policy import InternVLVideoPolicy
 from vlmdata.video.layout import DecodedVideo, flatten_video, resize_frames
+from vlmdata.video.onevision_policy import OnevisionVideoPolicy
 from vlmdata.video.qwen3_policy import Qwen3VideoPolicy
 
 __all__ = ["POLICY_KINDS", "DecodedVideo", "VideoPolicy", "flatten_video", "make_video_policy", "sample_video_tokens"]
@@ -122,7 +126,9 @@ class VideoPolicy:
 
 
 # a policy dict's `kind` -> what builds the policy from the rest of the dict
-POLICY_KINDS = {"qwen2_vl_video": lambda d: VideoPolicy(**d), "qwen3_vl_video": Qwen3VideoPolicy.from_dict}
+POLICY_KINDS = {"qwen2_vl_video": lambda d: VideoPolicy(**d), "qwen3_vl_video": Qwen3VideoPolicy.from_dict,
+                "llava_onevision_video": lambda d: OnevisionVideoPolicy(**d),
+                "internvl_video": InternVLVideoPolicy.from_dict}
 
 
 def make_video_policy(spec: dict | None):

@@ -222,6 +222,13 @@ class ModelFamily:
         """The text standing for one image in a document (no chat template)."""
         return self.placeholder_text()
 
+    def video_config(self) -> dict:
+        """The folder's video processor settings: video_preprocessor_config.json, else processor_config.json's
+        `video_processor` entry ({} when it ships none)."""
+        found = self.folder.read_json("video_preprocessor_config.json")
+        nested = self.folder.processor.get("video_processor")
+        return found or (nested if isinstance(nested, dict) else {})
+
     def document_video_text(self) -> str:
         """The text standing for one video in a document (a family that lays out videos gives it)."""
         raise TemplateError(f"the {self.name} model family lays out no videos")

@@ -9,16 +9,27 @@ sample holds several. The numbers come from `preprocessor_config.json` (tile siz
 mean, resample), `processor_config.json` (`num_image_tokens`, `vision_aspect_ratio`, the feature
 strategy) and `config.json` (the vision tower's patch and image size, the same settings); the
 files must agree. Trained: the template's `{% generation %}` replies and the `<|im_end|>` closing each.
+
+Videos: the template writes `<video>\\n` per video item (before the message's text, after its images); the
+one `<video>` is expanded at load time by the video policy (`video.onevision_policy.OnevisionVideoPolicy`:
+N uniform frames of the tile size, N * ceil(side / 2)² + 1 tokens), N read from the folder's
+video_preprocessor_config.json (or the `video_processor` entry of processor_config.json). vlmdata
+normalises frames with the image mean/std; a video config it cannot lay out (other mean/std, frames not
+the tile, fps sampling) leaves images as they are and skips video rows as `video_unsupported`, with a warning.
 """
 from __future__ import annotations
 
+import logging
 import math
 
 from vlmdata.decode.tiling.llava_onevision import DEFAULT_PINPOINTS
 from vlmdata.errors import ConfigError
 from vlmdata.text.families.base import ModelFamily, VisionSpec
+from vlmdata.video.onevision_policy import DEFAULT_NUM_FRAMES, OnevisionVideoPolicy
 
 __all__ = ["LlavaOnevisionFamily"]
+
+log = logging.getLogger(__name__)
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)     # LlavaOnevisionImageProcessor's defaults
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -32,6 +43,44 @@ class LlavaOnevisionFamily(ModelFamily):
     processors = ("LlavaOnevisionProcessor",)
     image_processors = ("LlavaOnevisionImageProcessor",)
     end_of_turn = ("<|im_end|>",)
+
+    @property
+    def encodes_video(self) -> bool:
+        """Videos are laid out unless the folder's video settings cannot be (then they are video_unsupported)."""
+        vision = getattr(self, "vision", None)
+        return vision is not None and vision.video_policy is not None
+
+    @property
+    def video_token_id(self) -> int:
+        return self.token_id(self.folder.processor.get("video_token") or "<video>")
+
+    def video_policy(self, tile: int, side: int, patch: int, mean: tuple, std: tuple) -> dict | None:
+        """The video policy dict: `num_frames` from the folder's video settings (else DEFAULT_NUM_FRAMES); None,
+        with a warning, for settings vlmdata cannot lay out (the images are not affected)."""
+        try:
+            return self._video_policy(tile, side, patch, mean, std)
+        except ConfigError as exc:
+            log.warning("%s; its video rows are skipped as video_unsupported", exc)
+            return None
+
+    def _video_policy(self, tile: int, side: int, patch: int, mean: tuple, std: tuple) -> dict:
+        vp = self.video_config()
+        if vp.get("fps") and not vp.get("num_frames"):
+            raise ConfigError(f"{self.folder.path}: the video processor samples by fps; vlmdata lays out "
+                              "LLaVA-OneVision videos of num_frames uniform frames (set num_frames)")
+        for key, want, default in (("image_mean", mean, CLIP_MEAN), ("image_std", std, CLIP_STD)):
+            given = vp.get(key, default) if vp else want      # LlavaOnevisionVideoProcessor's defaults: CLIP's
+            if tuple(float(x) for x in given) != tuple(float(x) for x in want):
+                raise ConfigError(f"{self.folder.path}: the video processor's {key} {list(given)} differs from the "
+                                  f"image processor's {list(want)} (vlmdata normalises both alike)")
+        size = vp.get("size") if isinstance(vp.get("size"), dict) else {}
+        if size and int(size.get("height") or tile) != tile:
+            raise ConfigError(f"{self.folder.path}: video frames of {size} are not the {tile} px tile")
+        return OnevisionVideoPolicy(num_frames=int(vp.get("num_frames") or DEFAULT_NUM_FRAMES), tile=tile, side=side,
+                                    patch=patch, resample=int(vp.get("resample", 3))).to_dict()
+
+    def document_video_text(self) -> str:
+        return self.tokenizer.id_to_token(self.video_token_id)
 
     def _setting(self, name: str, *sources: dict, default=None):
         """The one value of `name` the files give (they must agree), else `default`."""
@@ -60,8 +109,9 @@ class LlavaOnevisionFamily(ModelFamily):
             raise ConfigError(f"{self.folder.path}: {tile} px tiles, a {tower} px vision tower with patch {patch} "
                               f"and num_image_tokens {features} do not agree (LLaVA-OneVision: "
                               "sqrt(num_image_tokens) = image_size / patch, tiles of image_size)")
-        mean = tuple(pp.get("image_mean", CLIP_MEAN))
+        mean, std = tuple(pp.get("image_mean", CLIP_MEAN)), tuple(pp.get("image_std", CLIP_STD))
         token = proc.get("image_token") or "<image>"
+        video = self.video_policy(tile, side, patch, mean, std)
         policy = {"kind": "llava_onevision", "tile": tile, "patch": patch, "merge": 1,
                   "image_token_id": self.token_id(token), "side": side,
                   "pinpoints": [[int(a), int(b)] for a, b in pins], "max_patches": int(aspect[len("anyres_max_"):]),
@@ -70,8 +120,9 @@ class LlavaOnevisionFamily(ModelFamily):
         return VisionSpec(
             image_token=token, image_token_id=self.token_id(token), vision_start_id=None, vision_end_id=None,
             patch_size=patch, merge_size=1, temporal_patch_size=1, image_mean=mean,
-            image_std=tuple(pp.get("image_std", CLIP_STD)), min_pixels=None, max_pixels=None, image_size=None,
-            resample=int(pp.get("resample", 3)), policy=policy)
+            image_std=std, min_pixels=None, max_pixels=None, image_size=None,
+            resample=int(pp.get("resample", 3)), policy=policy,
+            video_policy=video, video_token_id=self.video_token_id if video else None)
 
     def document_end(self) -> str | None:
         return "<|endoftext|>" if self.tokenizer.token_to_id("<|endoftext|>") is not None else super().document_end()

@@ -50,12 +50,6 @@ class Qwen2VLFamily(ModelFamily):
     def video_token_id(self) -> int:
         return self.token_id("<|video_pad|>")
 
-    def video_config(self) -> dict:
-        """The folder's video processor settings ({} when it ships none)."""
-        found = self.folder.read_json("video_preprocessor_config.json")
-        nested = self.folder.processor.get("video_processor")
-        return found or (nested if isinstance(nested, dict) else {})
-
     def video_settings(self, patch: int, merge: int, defaults: dict) -> dict:
         """The policy fields both Qwen video processors share: the folder's settings over `defaults`."""
         vp = self.video_config()
