@@ -5,6 +5,7 @@ patch layout), the planner's lengths (from planning.npz, before any decode) equa
 paths, and a clip that no longer decodes costs only its sample (counted) while the epoch completes."""
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -149,3 +150,20 @@ def test_max_patches_counts_video_patches(dataset):
         dropped += (b["stats"].get("skipped") or {}).get("too_many_images", 0)
         n_packs += bool(b["sample_keys"])
     assert n_packs >= 2 and len(keys) + dropped == 6
+
+
+def test_show_lists_each_clips_sampled_frame_times(dataset):
+    """`vlmdata show` lists the frames the family's video policy samples from each clip (the loader's indices, as
+    times at the clip's measured rate)."""
+    from vlmdata.ingest import show_samples
+
+    ds_path, root = dataset
+    clip = CLIPS_OF["v_two"][1]
+    info = probe_clip(open(os.path.join(root, "raw/clips", clip), "rb").read())
+    report, missing = show_samples(ds_path, ["v_two"])
+    want = policy().frame_indices(info.frames, info.measured_fps)
+    assert not missing and len(want) >= 4
+    times = ", ".join(f"{i / info.measured_fps:.2f}" for i in want[:4])
+    assert f"sampled {len(want)} frames at {times}" in report
+    got = json.loads(show_samples(ds_path, ["v_two"], as_json=True)[0])["samples"][0]["videos"][1]
+    assert got["sampled_frames"] == [int(i) for i in want] and got["frames"] == info.frames

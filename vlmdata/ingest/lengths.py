@@ -26,8 +26,8 @@ from vlmdata.loading.text_views import choose_policy
 from vlmdata.plan.lengths import sample_lengths
 from vlmdata.text.families.base import FamilySpec
 
-__all__ = ["BUDGETS", "LengthCounter", "LengthReport", "dataset_policy", "dataset_video_policy", "iter_planning",
-           "length_report"]
+__all__ = ["BUDGETS", "LengthCounter", "LengthReport", "dataset_policy", "dataset_video_policy", "identity_video_policy",
+           "iter_planning", "length_report"]
 
 BUDGETS = (2048, 4096, 8192, 16384, 32768)   # common max_tokens settings
 LONGEST = 3                                  # longest samples named
@@ -44,11 +44,14 @@ def dataset_policy(manifest: Manifest, image_size=None) -> ImagePolicy:
 
 def dataset_video_policy(manifest: Manifest):
     """The video policy (`video.policy.VideoPolicy`) of a dataset that holds clips; None for the rest."""
+    return identity_video_policy(manifest.tokenizer) if manifest.stats.get("videos") else None
+
+
+def identity_video_policy(identity: dict):
+    """The video policy of the model family a tokenizer identity (a text view's) names; None without one."""
     from vlmdata.video.policy import make_video_policy
 
-    if not manifest.stats.get("videos"):
-        return None
-    family = FamilySpec.from_identity(manifest.tokenizer)
+    family = FamilySpec.from_identity(identity)
     return make_video_policy(family.vision.video_policy) if family is not None else None
 
 

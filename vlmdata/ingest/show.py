@@ -35,6 +35,7 @@ from vlmdata.formats.manifest import Manifest
 from vlmdata.formats.sample import safe_key
 from vlmdata.formats.text_view import ViewTokens, view_shard_name
 from vlmdata.ingest.images import sniff
+from vlmdata.ingest.lengths import identity_video_policy
 from vlmdata.ingest.rendering import ANSI, PLAIN, Piece, TokenRenderer, format_pieces
 from vlmdata.ingest.video import clip_extension
 from vlmdata.keyindex.lookup import FoundSample, find_samples
@@ -129,23 +130,41 @@ def _stem(found: FoundSample, unique: bool) -> str:
     return stem if unique else f"{stem}.{found.location.shard}-{found.location.row}"
 
 
-def _clip_entry(clip) -> dict:
-    """What `show` lists of a stored clip: its member and its probe's main figures."""
+def _clip_entry(clip, video_policy=None) -> dict:
+    """What `show` lists of a stored clip: its member, its probe's main figures and, with the dataset's video
+    policy, the frames a loader samples from it (indices, and times as index / measured fps: the rate the
+    planner and the family's processor rules use)."""
     info = clip.info
     ext = FRAME_LIST_EXT if info["codec"] == FRAME_LIST_CODEC else clip_extension(bytes(clip.data[:64]))
-    return {"ext": ext, "bytes": len(clip.data), "codec": info["codec"],
-            "width": info["width"], "height": info["height"], "rotation": info["rotation"],
-            "duration_s": info["duration_s"], "average_fps": info["average_fps"],
-            "measured_fps": info["measured_fps"], "variable_rate": info["variable_rate"], "frames": info["frames"],
-            "keyframes": len(info["keyframes"])}
+    entry = {"ext": ext, "bytes": len(clip.data), "codec": info["codec"],
+             "width": info["width"], "height": info["height"], "rotation": info["rotation"],
+             "duration_s": info["duration_s"], "average_fps": info["average_fps"],
+             "measured_fps": info["measured_fps"], "variable_rate": info["variable_rate"], "frames": info["frames"],
+             "keyframes": len(info["keyframes"])}
+    if video_policy is not None and info["frames"] > 0:
+        fps = info["measured_fps"]
+        indices = [int(i) for i in video_policy.frame_indices(info["frames"], fps)]
+        entry["sampled_frames"] = indices
+        entry["sampled_times_s"] = [round(i / fps, 3) if fps > 0 else 0.0 for i in indices]
+    return entry
 
 
-def _video_line(j: int, v: dict) -> str:
+SHOWN_TIMES = 8          # sampled frame times printed in full up to this many; more: the first and last few
+
+
+def _video_lines(j: int, v: dict) -> list[str]:
     rate = f"{v['average_fps']:.3g} fps declared, {v['measured_fps']:.3g} measured" + \
         (" (variable)" if v["variable_rate"] else "")
-    return (f"  video {j}   {v['ext']} {v['codec']} {v['width']}x{v['height']}, rotation {v['rotation']}, "
-            f"{v['duration_s']:.2f} s, {rate}, {v['frames']} frames, {v['keyframes']} keyframes, {v['bytes']} bytes"
-            + (f" -> {v['file']}" if "file" in v else ""))
+    lines = [f"  video {j}   {v['ext']} {v['codec']} {v['width']}x{v['height']}, rotation {v['rotation']}, "
+             f"{v['duration_s']:.2f} s, {rate}, {v['frames']} frames, {v['keyframes']} keyframes, {v['bytes']} bytes"
+             + (f" -> {v['file']}" if "file" in v else "")]
+    times = v.get("sampled_times_s")
+    if times is not None:
+        shown = [f"{t:.2f}" for t in times]
+        if len(shown) > SHOWN_TIMES:
+            shown = shown[:SHOWN_TIMES // 2] + ["..."] + shown[-SHOWN_TIMES // 2:]
+        lines.append(f"            sampled {len(times)} frames at {', '.join(shown)} s")
+    return lines
 
 
 class ViewText:
@@ -163,11 +182,11 @@ class ViewText:
 
 
 def sample_report(found: FoundSample, manifest: Manifest, images_dir: str | None = None, unique: bool = True,
-                  text: ViewText | None = None, taken: set[str] | None = None) -> dict:
+                  text: ViewText | None = None, taken: set[str] | None = None, video_policy=None) -> dict:
     """Everything `vlmdata show` prints about one sample, as plain data (images written to `images_dir` as
     KEY.J.EXT, or KEY.SHARD-ROW.J.EXT when several samples share the key: `unique=False`; KEY is `safe_key(key)`;
     `taken`: the file names already written in this run); its text in the view `text` (default: the
-    dataset's default view)."""
+    dataset's default view); its clips' sampled frames under `video_policy` (`ingest.lengths.dataset_video_policy`)."""
     rec, loc = found.record, found.location
     text = text or ViewText(loc.dataset, manifest)
     rendered = text.render(found)
@@ -177,7 +196,7 @@ def sample_report(found: FoundSample, manifest: Manifest, images_dir: str | None
             entry["stored"] = f"{image.shape[1]}x{image.shape[0]} pixels (memmap)"
         else:
             entry["stored"] = f"{sniff(bytes(image[:16])) or 'unknown'}, {len(image)} bytes"
-    videos = [_clip_entry(clip) for clip in rec.videos]
+    videos = [_clip_entry(clip, video_policy) for clip in rec.videos]
     if images_dir is not None:
         taken = set() if taken is None else taken
         for entry, path in zip(images, _write_images(found, images_dir, unique, taken)):
@@ -213,7 +232,7 @@ def _format(r: dict, kind: str, style: str) -> str:
     for j, im in enumerate(r["images"]):
         lines.append(f"  image {j}   {im['width']}x{im['height']}, {im['stored']}" +
                      (f" -> {im['file']}" if "file" in im else ""))
-    lines += [_video_line(j, v) for j, v in enumerate(r["videos"])]
+    lines += [line for j, v in enumerate(r["videos"]) for line in _video_lines(j, v)]
     meta = json.dumps(r["metadata"], ensure_ascii=False, sort_keys=True) if r["metadata"] is not None else "(none)"
     lines.append(f"  metadata  {meta}")
     legend = "trained in green" if style == ANSI else "trained in ⟦…⟧"
@@ -235,14 +254,15 @@ def show_samples(root: str, keys: list[str], storage_options: dict | None = None
     so = storage_options or {}
     manifest = Manifest.load(root, so)
     text = ViewText(root, manifest, view, so, tokenizer_dir)
+    videos = identity_video_policy(text.identity) if manifest.stats.get("videos") else None
     reports, missing = [], []
     taken: set[str] = set()
     for key in keys:
         found = find_samples(root, key, so, manifest)
         if not found:
             missing.append(key)
-        reports += [sample_report(f, manifest, images_dir, unique=len(found) == 1, text=text, taken=taken)
-                    for f in found]
+        reports += [sample_report(f, manifest, images_dir, unique=len(found) == 1, text=text, taken=taken,
+                                  video_policy=videos) for f in found]
     if as_json:
         return json.dumps({"samples": reports, "missing": missing}, ensure_ascii=False, indent=1), missing
     out = "\n\n".join(_format(r, manifest.kind, ANSI if color else PLAIN) for r in reports)
