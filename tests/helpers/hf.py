@@ -201,6 +201,16 @@ def qwen_config(vocab_size: int, image_token_id: int, vision_start: int, vision_
         vision_end_token_id=vision_end)
 
 
+BYTE_VOCAB, BYTE_IMAGE = 262, 258      # the learnable corpus's byte tokenizer (tests.helpers.train.make_dataset)
+
+
+def byte_corpus_qwen_ids() -> list[int]:
+    """Qwen folder ids (image, vision start, vision end, video) for the byte corpus: its image token, and the word
+    tokenizer's other three (the byte corpus never writes them)."""
+    tok = qwen2_5_processor().tokenizer
+    return [BYTE_IMAGE, *tok.convert_tokens_to_ids(["<|vision_start|>", "<|vision_end|>", "<|video_pad|>"])]
+
+
 def write_qwen_folder(path: str, processor=None, vocab_size: int | None = None, image_token_id: int | None = None,
                       pixels: tuple[int, int] = QWEN_PIXELS) -> str:
     """A tiny Qwen2-VL folder; ids from `processor`'s tokenizer unless given (e.g. a vlmdata dataset's)."""

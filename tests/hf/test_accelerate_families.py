@@ -10,8 +10,10 @@ import math
 import pytest
 
 from tests.helpers.hf import (
+    BYTE_IMAGE,
+    BYTE_VOCAB,
     accelerate_launch,
-    qwen2_5_processor,
+    byte_corpus_qwen_ids,
     write_llava_folder,
     write_onevision_folder,
     write_qwen2_5_folder,
@@ -21,14 +23,6 @@ from tests.helpers.idefics3 import write_tiny_folder
 from tests.helpers.models import write_reference_rows
 from tests.helpers.train import make_dataset
 from vlmdata import Manifest, ShardConfig, shard_dataset
-
-BYTE_VOCAB, BYTE_IMAGE = 262, 258          # the learnable corpus's byte tokenizer (tests.helpers.train.make_dataset)
-
-
-def _byte_qwen_ids() -> list[int]:
-    """Image token of the byte corpus; vision start, end and video ids of the word tokenizer (unused by it)."""
-    tok = qwen2_5_processor().tokenizer
-    return [BYTE_IMAGE, *tok.convert_tokens_to_ids(["<|vision_start|>", "<|vision_end|>", "<|video_pad|>"])]
 
 
 def _shard_rows(folder, root) -> str:
@@ -50,9 +44,9 @@ def _runs(root) -> dict[str, tuple[str, str, int]]:
              "idefics3": write_tiny_folder(str(root / "idefics3"), "idefics3"),
              "smolvlm": write_tiny_folder(str(root / "smolvlm"), "smolvlm"),
              "generic": llava_next_folder(root / "llava_next", side=56)}
-    runs = {"qwen2.5-vl": (byte_data, write_qwen2_5_folder(str(root / "qwen25"), ids=_byte_qwen_ids(),
+    runs = {"qwen2.5-vl": (byte_data, write_qwen2_5_folder(str(root / "qwen25"), ids=byte_corpus_qwen_ids(),
                                                            vocab_size=BYTE_VOCAB), 1024),
-            "qwen3-vl": (byte_data, write_qwen3_folder(str(root / "qwen3"), ids=_byte_qwen_ids(),
+            "qwen3-vl": (byte_data, write_qwen3_folder(str(root / "qwen3"), ids=byte_corpus_qwen_ids(),
                                                        vocab_size=BYTE_VOCAB), 1024),
             "llava": (byte_data, write_llava_folder(str(root / "llava"), vocab_size=BYTE_VOCAB,
                                                     image_token_id=BYTE_IMAGE, image_size=56), 1024)}

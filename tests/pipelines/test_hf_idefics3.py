@@ -1,6 +1,6 @@
 """Idefics3 in the reference loop (`vlmdata_pipelines.train --model hf:DIR`): a tiled family's probe pack and the
 dummy image of text-only packs go through its own image policy and adapter, every parameter stays in the graph,
-and a tiny Idefics3 trains from the command line on a dataset sharded with its folder."""
+and a tiny Idefics3 (and SmolVLM) trains from the command line on a dataset sharded with its folder."""
 from __future__ import annotations
 
 import json
@@ -13,9 +13,9 @@ from vlmdata_pipelines.hf_model import HFModelConfig, HFPackedModel
 from vlmdata_pipelines.train import main
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return str(write_tiny_folder(str(tmp_path_factory.mktemp("idefics3") / "model"), "idefics3"))
+@pytest.fixture(scope="module", params=["idefics3", "smolvlm"])
+def folder(request, tmp_path_factory):
+    return str(write_tiny_folder(str(tmp_path_factory.mktemp(request.param) / "model"), request.param))
 
 
 def test_packs_without_images_keep_every_parameter_in_the_graph(folder):

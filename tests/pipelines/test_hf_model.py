@@ -9,6 +9,9 @@ import pytest
 import torch
 
 from tests.helpers.hf import (
+    BYTE_IMAGE,
+    BYTE_VOCAB,
+    byte_corpus_qwen_ids,
     make_conversations,
     onevision_processor,
     onevision_text,
@@ -17,6 +20,8 @@ from tests.helpers.hf import (
     references,
     write_llava_folder,
     write_onevision_folder,
+    write_qwen2_5_folder,
+    write_qwen3_folder,
     write_qwen_folder,
 )
 from tests.helpers.train import make_dataset, text_only_step
@@ -100,8 +105,17 @@ def test_llava_unused_parameters_are_frozen(tmp_path):
     assert len(wrapped.fsdp_units()) == 2 + 2
 
 
-def test_train_hf_model_from_the_command_line(dataset, tmp_path):
-    folder = write_qwen_folder(str(tmp_path / "qwen"), vocab_size=262, image_token_id=258)
+QWEN_WRITERS = {
+    "qwen2-vl": lambda path: write_qwen_folder(path, vocab_size=BYTE_VOCAB, image_token_id=BYTE_IMAGE),
+    "qwen2.5-vl": lambda path: write_qwen2_5_folder(path, ids=byte_corpus_qwen_ids(), vocab_size=BYTE_VOCAB),
+    "qwen3-vl": lambda path: write_qwen3_folder(path, ids=byte_corpus_qwen_ids(), vocab_size=BYTE_VOCAB),
+}
+
+
+@pytest.mark.parametrize("family", list(QWEN_WRITERS))
+def test_train_hf_model_from_the_command_line(dataset, tmp_path, family):
+    folder = QWEN_WRITERS[family](str(tmp_path / "qwen"))
+    assert HFModelConfig(folder, "sdpa").spec.family == family
     out = tmp_path / "out"
     assert main(["--data", dataset, "--model", f"hf:{folder}", "--steps", "8", "--max-tokens", "512",
                  "--num-workers", "1", "--lr", "3e-3", "--out", str(out)]) == 0
