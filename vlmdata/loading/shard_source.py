@@ -183,8 +183,8 @@ class Source:
         """A function reading sample i of shard s from the shard's whole bytes (for a memmap shard a
         `loading.memmap_pack.MemmapReader`, which also reads whole packs)."""
         mapped = data if isinstance(data, MappedShard) else None
-        if mapped is not None and mapped.changed():       # before parsing it: a cut-short map faults past its end
-            raise ShardChangedError(f"shard {self.manifest.shards[s].name} was rewritten in place after it was opened")
+        if mapped is not None:                            # before parsing it: a cut-short map faults past its end
+            _check_unchanged(mapped, self.manifest.shards[s].name)
         shard = self._memmap_shard(s, data) if self.kind == "memmap" else None
         read = shard.read_sample if shard is not None else self._tar_reader(s, data)
         if mapped is not None:
@@ -243,18 +243,19 @@ def _unchanged(read: Callable[[int], SampleRecord], mapped: MappedShard, name: s
     The file is also checked before the copy: a page of the map past the end of a file cut short in place
     would raise SIGBUS when touched (the short window between that check and the copy remains)."""
 
-    def changed() -> ShardChangedError | None:
-        return ShardChangedError(f"shard {name} was rewritten in place after it was opened") if mapped.changed() else None
-
     def read_unchanged(i: int) -> SampleRecord:
-        if (err := changed()) is not None:
-            raise err
+        _check_unchanged(mapped, name)
         rec = read(i).detached()            # own bytes first, then: were they the checked ones?
-        if (err := changed()) is not None:
-            raise err
+        _check_unchanged(mapped, name)
         return rec
 
     return read_unchanged
+
+
+def _check_unchanged(mapped: MappedShard, name: str) -> None:
+    """ShardChangedError when the mapped file of shard `name` was written or truncated since it was opened."""
+    if mapped.changed():
+        raise ShardChangedError(f"shard {name} was rewritten in place after it was opened")
 
 
 def open_source(root: str, storage_options: dict | None = None, text_view: str | None = None,
