@@ -145,3 +145,4 @@ def test_a_video_config_it_cannot_lay_out_skips_video_rows_counted(tmp_path, cap
     m = shard_dataset(ShardConfig(inputs=[str(tmp_path / "raw/data.json")], output=str(tmp_path / "ds"),
                                   tokenizer=folder, workers=0))
     assert m.num_samples == 1 and m.stats["skipped"] == {"video_unsupported": 1}
+    assert match in m.stats["examples"]["video_unsupported"]["detail"]      # the folder's cause, said per row

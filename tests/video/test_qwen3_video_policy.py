@@ -181,6 +181,8 @@ def test_a_qwen3_folder_whose_tokenizer_merges_digits_skips_video_rows_counted(t
                               tokenizer=str(folder), workers=0))
     stats = json.loads((tmp_path / "ds/manifest.json").read_text())["stats"]
     assert stats["samples"] == 1 and stats["skipped"] == {"video_unsupported": 1}
+    detail = stats["examples"]["video_unsupported"]["detail"]      # the cause, not "no video policy yet"
+    assert "does not compose Qwen3-VL's `<t seconds>` timestamps" in detail and "no video policy" not in detail
 
 
 def test_the_planners_count_is_the_built_expansions_length():

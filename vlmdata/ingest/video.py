@@ -208,5 +208,6 @@ def require_video_policy(encoder, n_videos: int) -> None:
     if n_videos and not encodes_video(encoder):
         name = getattr(encoder, "name", "")      # a ModelFamily's name; vlmdata's own encoders have none
         who = f"the {name} model family" if name else "vlmdata's own text layout"
-        raise RowProblem(Skip.VIDEO_UNSUPPORTED, f"{n_videos} clip(s) probed fine, but {who} has no video policy "
-                                                 "yet: the sample is not written (never trained as text)")
+        why = getattr(encoder, "video_unsupported_reason", None) or f"{who} has no video policy yet"
+        raise RowProblem(Skip.VIDEO_UNSUPPORTED, f"{n_videos} clip(s) probed fine, but {why}: the sample is not "
+                                                 "written (never trained as text)")

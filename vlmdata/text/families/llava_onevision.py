@@ -61,7 +61,13 @@ class LlavaOnevisionFamily(ModelFamily):
             return self._video_policy(tile, side, patch, mean, std)
         except ConfigError as exc:
             log.warning("%s; its video rows are skipped as video_unsupported", exc)
+            self._video_reason = str(exc)
             return None
+
+    @property
+    def video_unsupported_reason(self) -> str | None:
+        """Why this folder's videos are not laid out (None when they are): the video settings' ConfigError."""
+        return None if self.encodes_video else getattr(self, "_video_reason", None)
 
     def _video_policy(self, tile: int, side: int, patch: int, mean: tuple, std: tuple) -> dict:
         vp = self.video_config()

@@ -132,6 +132,14 @@ class Qwen3VLFamily(Qwen2VLFamily):
         """Videos are laid out when the tokenizer's timestamp ids compose from digit pieces (Qwen's do)."""
         return self.timestamp_pieces is not None
 
+    @property
+    def video_unsupported_reason(self) -> str | None:
+        """Why this folder's videos are not laid out (None when they are)."""
+        if self.encodes_video:
+            return None
+        return (f"the tokenizer of {self.folder.path} does not compose Qwen3-VL's `<t seconds>` timestamps from "
+                "single digit pieces, so their ids cannot be counted before the frames are known")
+
     @cached_property
     def timestamp_pieces(self) -> dict | None:
         return stamp_pieces(lambda text: self.tokenizer.encode(text, add_special_tokens=False).ids)
