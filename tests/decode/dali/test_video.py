@@ -43,15 +43,25 @@ def pyav_frames(data: bytes) -> np.ndarray:
         return np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
 
 
-@pytest.mark.parametrize("codec", ["libvpx-vp9", "libvpx"])
-def test_dali_cpu_decodes_the_chosen_frames_pyav_decodes(codec):
+CPU_CLIPS = {"vp9": ClipSpec(container="webm", codec="libvpx-vp9", frames=24, width=64, height=48, fps=10, gop=8),
+             "vp8": ClipSpec(container="webm", codec="libvpx", frames=24, width=64, height=48, fps=10, gop=8),
+             "vp9 vfr": ClipSpec(container="webm", codec="libvpx-vp9", frames=24, width=64, height=48, fps=24,
+                                 variable_rate=True),
+             "vp9 mkv rotated": ClipSpec(container="mkv", codec="libvpx-vp9", frames=24, width=64, height=48,
+                                         rotation=90),
+             "vp8 odd size": ClipSpec(container="webm", codec="libvpx", frames=24, width=66, height=50)}
+
+
+@pytest.mark.parametrize("name", sorted(CPU_CLIPS))
+def test_dali_cpu_decodes_the_chosen_frames_pyav_decodes(name):
     """Chosen indices (unordered, repeated, as OneVision repeats frames of a short clip): DALI's k-th frame
-    is PyAV's frame indices[k] (the closest of all of PyAV's frames), within the YUV->RGB tolerance."""
-    data = make_clip(ClipSpec(container="webm", codec=codec, frames=24, width=64, height=48, fps=10, gop=8))
+    is PyAV's frame indices[k] (the closest of all of PyAV's frames), unrotated like PyAV's (the policies
+    ignore the display matrix, as transformers' reader does), within the YUV->RGB tolerance."""
+    data = make_clip(CPU_CLIPS[name])
     ref = pyav_frames(data).astype(np.int16)
     indices = np.array([0, 17, 5, 5, 23, 9], np.int32)
     (got,) = DaliVideoPipeline(VideoStageOptions()).run([np.frombuffer(data, np.uint8)], [indices])
-    assert got.shape == (len(indices), 48, 64, 3) and got.dtype == np.uint8
+    assert got.shape == (len(indices), *ref.shape[1:]) and got.dtype == np.uint8
     for k, i in enumerate(indices):
         diff = np.abs(got[k].astype(np.int16)[None] - ref)
         assert int(diff.reshape(len(ref), -1).mean(1).argmin()) == i
