@@ -171,3 +171,22 @@ def test_the_training_pipelines_stage_decodes_images_then_videos(dataset):
     (want,) = deferred(dataset)[1]
     assert "image_bytes" not in b and "video_bytes" not in b and b["pixel_values"].dtype.is_floating_point
     assert np.array_equal(b["pixel_values_videos"].numpy(), want["pixel_values_videos"].numpy())
+
+
+def test_bucket_mode_defers_too(dataset):
+    """Bucket packs (padded rows, no cu_seqlens) carry the same deferred fields; through the stage (no DALI:
+    the CPU decoder, exact) they are the worker path's bucket packs."""
+    def buckets(defer: bool) -> list[dict]:
+        return list(VLMDataset(dataset, max_tokens=4096, options=DatasetOptions(mode="bucket", defer_decode=defer)))
+
+    want, deferred_packs = buckets(False), buckets(True)
+    assert any("video_bytes" in b for b in deferred_packs)
+    stage = DaliVideoStage(VLMDataset(dataset, max_tokens=4096).collate_config.video_policy,
+                           VideoStageOptions(use_dali=False))
+    got = [stage(b) for b in deferred_packs]
+    assert [b["sample_keys"] for b in got] == [b["sample_keys"] for b in want]
+    for w, g in zip(want, got):
+        for name in ("input_ids", "labels", "attention_mask", "pixel_values_videos", "video_grid"):
+            assert (name in w) == (name in g), name
+            if name in w:
+                assert np.array_equal(w[name].numpy(), g[name].numpy()), name
