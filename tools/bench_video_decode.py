@@ -2,9 +2,9 @@
 """Sampled-frame video decode: vlmdata's seeking decoder against decoding every frame, in one run.
 
     python tools/bench_video_decode.py [--seconds 30,60,90,120] [--fps 30] [--gop 60] [--sample-fps 2]
-                                       [--size 320x240] [--rounds 3] [--out FILE]
+                                       [--size 320x240] [--codec h264|vp9] [--rounds 3] [--out FILE]
 
-Clips (H.264 in mp4, made once with PyAV and cached under /tmp) of 30-120 s are sampled at
+Clips (H.264 in mp4 or VP9 in webm, made once with PyAV and cached under /tmp) of 30-120 s are sampled at
 2 frames per second the way Qwen2-VL's video processor counts them (an even number, taken
 at evenly spaced positions). Compared on the same clips, in rotated order over `--rounds`:
 
@@ -14,7 +14,10 @@ at evenly spaced positions). Compared on the same clips, in rotated order over `
   only the picked ones;
 - `vlmdata`: `vlmdata.video.decode_frames` with the clip's probed metadata (stored at shard time;
   the probe's own cost is reported on its own line);
-- `decord get_batch` (when decord is installed): a `VideoReader` on the bytes, `get_batch(indices)`.
+- `decord get_batch` (when decord is installed): a `VideoReader` on the bytes, `get_batch(indices)`;
+- `DALI cpu` (when DALI is installed and its CPU backend decodes the codec: VP9, not H.264):
+  `vlmdata.decode.dali.DaliVideoPipeline`, the defer_decode stage's `fn.decoders.video(frames=...)`, one
+  clip per run (the pipeline is built before timing). Its frames are DALI's YUV->RGB, not PyAV's.
 
 Reported: sampled frames per CPU-second (process time, the stable figure on a shared machine)
 and per wall second, and each method's ratio to `decode-all`. Target (issue 22): >= 5x.
@@ -50,14 +53,38 @@ def sample_indices(frames: int, fps: float, sample_fps: float, temporal: int = 2
     return np.arange(0, frames, frames / count).astype(int).tolist()
 
 
+CODECS = {"h264": ("libx264", "mp4"), "vp9": ("libvpx-vp9", "webm")}
+
+
 def clip(seconds: int, args) -> bytes:
     w, h = (int(x) for x in args.size.split("x"))
-    path = Path("/tmp/vlmdata-bench-video") / f"clip_{seconds}s_{args.fps}fps_g{args.gop}_{w}x{h}.mp4"
+    encoder, container = CODECS[args.codec]
+    suffix = "" if args.codec == "h264" else f"_{args.codec}"
+    path = Path("/tmp/vlmdata-bench-video") / f"clip_{seconds}s_{args.fps}fps_g{args.gop}_{w}x{h}{suffix}.{container}"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         print(f"encoding {path.name} (once, cached)", flush=True)
-        path.write_bytes(make_clip(ClipSpec(width=w, height=h, fps=args.fps, frames=seconds * args.fps, gop=args.gop)))
+        path.write_bytes(make_clip(ClipSpec(container=container, codec=encoder, width=w, height=h, fps=args.fps,
+                                            frames=seconds * args.fps, gop=args.gop)))
     return path.read_bytes()
+
+
+def dali_cpu_method(codec: str):
+    """The DALI CPU video pipeline as a method, warmed up (built), or None where it does not apply."""
+    from vlmdata.decode import dali_available
+    from vlmdata.decode.dali import DALI_VIDEO_CODECS, DaliVideoPipeline, VideoStageOptions
+
+    if not dali_available() or codec not in DALI_VIDEO_CODECS["cpu"]:
+        print(f"DALI's CPU backend does not decode {codec} (or DALI is missing): its row is left out", flush=True)
+        return None
+    pipe = DaliVideoPipeline(VideoStageOptions(device="cpu"))
+    pipe.run([np.frombuffer(make_clip(ClipSpec(container="webm", codec=CODECS[codec][0], frames=4)), np.uint8)],
+             [np.arange(2)])
+
+    def run(data: bytes, info, indices: list[int]) -> np.ndarray:
+        return pipe.run([np.frombuffer(data, np.uint8)], [np.asarray(indices)])[0]
+
+    return run
 
 
 def decode_all(data: bytes, indices: list[int], convert_all: bool) -> list[np.ndarray]:
@@ -114,6 +141,7 @@ def main() -> int:
     ap.add_argument("--gop", type=int, default=60, help="frames between keyframes (x264's default is 250)")
     ap.add_argument("--sample-fps", type=float, default=2.0)
     ap.add_argument("--size", default="320x240")
+    ap.add_argument("--codec", default="h264", choices=sorted(CODECS))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rss-clips", type=int, default=2000, help="clips for the memory-drift check (0: skip)")
     ap.add_argument("--out")
@@ -132,6 +160,9 @@ def main() -> int:
         methods["decord get_batch"] = lambda d, i, idx: decord_batch(d, idx)
     except ImportError:
         print("decord is not installed: its baseline is left out", flush=True)
+    dali = dali_cpu_method(args.codec)
+    if dali is not None:
+        methods["DALI cpu"] = dali
     totals = {m: [0.0, 0.0, 0] for m in methods}
     names = list(methods)
     for r in range(args.rounds):
@@ -148,7 +179,7 @@ def main() -> int:
     lines = [f"# Sampled-frame video decode ({args.sample_fps:g} fps sampling)", "",
              f"- machine: {cpu_model()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
              f"Python {platform.python_version()}, PyAV {__import__('av').__version__}",
-             f"- clips: {', '.join(f'{s} s' for s in clips)} of {args.size} H.264 at {args.fps} fps, a keyframe every "
+             f"- clips: {', '.join(f'{s} s' for s in clips)} of {args.size} {args.codec} at {args.fps} fps, a keyframe every "
              f"{args.gop} frames; {sampled} sampled frames per round, {args.rounds} rounds in rotated order",
              f"- probing all clips (once, at shard time): {probe_cpu * 1000:.0f} ms CPU", "",
              "| method | frames / CPU-s | frames / s | vs decode-all (CPU) |", "|---|---:|---:|---:|"]

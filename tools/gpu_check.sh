@@ -11,6 +11,11 @@
 #   gpu          nvidia-smi lists a GPU and torch sees CUDA (a CPU-only torch build fails here, clearly)
 #   dali-mixed   DaliGpuStage with device="mixed": fixed and dynamic packs on the GPU, bf16, a corrupt
 #                JPEG costs one image; pixels match the DALI-CPU stage within tolerance
+#   dali-video   defer_decode's video stage: DaliVideoPipeline with device="mixed" (NVDEC) decodes the
+#                sampled frames (2 fps) of H.264, MPEG-4, VP9 and VP8 clips made with PyAV; each is PyAV's
+#                frame of that index within the YUV->RGB tolerance; frames/s next to PyAV's seeking decoder.
+#                DALI's wheel (nvidia-dali-cuda120) is not on the lent GPU machines: this step needs it
+#                from ./wheels (--download-wheels) or an install; without it the env step fails first
 #   bench        tools/bench_decode.py --require-gpu: DALI mixed images/s next to DALI-CPU and Pillow
 #   loader-gpu   tools/bench_gpu_loader.py: the memmap path's host-to-device rate (pinned and straight from
 #                the packs' shared memory, next to a plain 256 MiB H2D copy) and DALI mixed decode images/s
@@ -168,6 +173,39 @@ for policy in (FixedPolicy(336), DynamicPolicy()):
 sys.exit(0 if ok else "DALI mixed stage disagrees with the CPU stage (see above)")
 EOF
 }
+video_step() {
+    "$PY" - "$MIXED" <<'EOF'
+import io, sys, time
+import av, numpy as np
+from vlmdata.decode.dali import DALI_VIDEO_CODECS, DaliVideoPipeline, VideoStageOptions
+from vlmdata.testing import ClipSpec, make_clip
+from vlmdata.video import VideoPolicy, decode_frames, probe_clip
+device = sys.argv[1]
+specs = {"h264": ClipSpec(codec="libx264", frames=900, fps=30, width=640, height=360, gop=60),
+         "mpeg4": ClipSpec(container="mkv", codec="mpeg4", frames=300, fps=30, width=320, height=240),
+         "vp9": ClipSpec(container="webm", codec="libvpx-vp9", frames=300, fps=30, width=320, height=240),
+         "vp8": ClipSpec(container="webm", codec="libvpx", frames=300, fps=30, width=320, height=240)}
+pipe, ok = DaliVideoPipeline(VideoStageOptions(device=device, device_id=0 if device == "mixed" else None)), True
+for name, spec in specs.items():
+    if name not in DALI_VIDEO_CODECS[device]:
+        print(f"{name}: not decoded by DALI {device} (the stage falls back to PyAV)"); continue
+    data = make_clip(spec)
+    info = probe_clip(data)
+    idx = VideoPolicy(max_frames=768).frame_indices(info.frames, info.measured_fps)   # 2 fps sampling
+    t = time.perf_counter(); (got,) = pipe.run([np.frombuffer(data, np.uint8)], [idx]); dali_s = time.perf_counter() - t
+    t = time.perf_counter(); ref = np.stack(decode_frames(data, info, idx)); cpu_s = time.perf_counter() - t
+    diff = np.abs(got.astype(np.int16) - ref)
+    with av.open(io.BytesIO(data)) as c:
+        every = np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)]).astype(np.int16)
+    k = len(idx) // 2                         # the middle sampled frame is PyAV's frame of that index
+    same = int(np.abs(got[k].astype(np.int16)[None] - every).reshape(len(every), -1).mean(1).argmin()) == idx[k]
+    print(f"{name}: {len(idx)} frames of {info.frames} | vs PyAV mean {diff.mean():.2f} max {diff.max()} levels "
+          f"| identity {same} | DALI {device} {len(idx) / dali_s:.0f} frames/s (first call, incl. build), "
+          f"PyAV seeking {len(idx) / cpu_s:.0f} frames/s")
+    ok &= got.shape == ref.shape and float(diff.mean()) <= 5.0 and same
+sys.exit(0 if ok else "DALI video frames disagree with PyAV's (see above)")
+EOF
+}
 bench_step() {
     "$PY" tools/bench_decode.py $REQUIRE_GPU --samples 200 --threads "1,$(nproc)" --rounds 2 \
         --out "$OUT/bench-decode-gpu.md" && cat "$OUT/bench-decode-gpu.md"
@@ -251,6 +289,7 @@ if [ "${GPU_CHECK_DRY:-0}" = 1 ] && [ "$HAVE_GPU" = 0 ]; then
 fi
 if [ "$HAVE_GPU" = 1 ] || [ "$MIXED" = cpu ]; then
     run_step dali-mixed "DALI mixed decode failed" mixed_step
+    run_step dali-video "DALI video decode failed" video_step
     run_step bench "decode benchmark failed" bench_step
     run_step loader-gpu "GPU loader benchmark failed" loader_gpu_step
     if [ -f vlmdata_pipelines/attention.py ]; then run_step attention "varlen attention check failed" attention_step
@@ -260,7 +299,7 @@ if [ "$HAVE_GPU" = 1 ] || [ "$MIXED" = cpu ]; then
     if [ -f vlmdata_pipelines/train.py ] && [ -f vlmdata_pipelines/corpus.py ]; then run_step train "training steps failed" train_step
     else skip train "vlmdata_pipelines/train.py not present"; fi
 else
-    for s in dali-mixed bench loader-gpu attention attn-bench telemetry train; do skip "$s" "needs an NVIDIA GPU"; done
+    for s in dali-mixed dali-video bench loader-gpu attention attn-bench telemetry train; do skip "$s" "needs an NVIDIA GPU"; done
 fi
 
 # ---- summary ------------------------------------------------------------------------------

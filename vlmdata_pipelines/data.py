@@ -9,7 +9,8 @@ GPU decode: on a CUDA device with decoder "dali"/"auto" (and a WebDataset
 dataset), `make_batch_source` builds the dataset with `defer_decode=True` (the
 workers ship encoded JPEG bytes) and wraps it in `StagedSource`, which runs
 `vlmdata.decode.dali.gpu.DaliGpuStage` (nvJPEG decode, resize, normalise, in
-this process) on every pack. Its `pixel_values` are floating and normalised,
+this process) on every pack, and for a dataset with videos `DaliVideoStage` (the sampled frames of
+each clip, NVDEC). Its `pixel_values` are floating and normalised,
 which the model recognises by their dtype. Elsewhere nothing changes: the
 workers decode to uint8.
 """
@@ -227,7 +228,26 @@ def staged_dataset_source(opts: DataOptions, rank: int, world_size: int, stage: 
                           pin_memory: bool = False) -> BatchSource:
     """DatasetSource, deferring decode to `stage` when one is given."""
     source = DatasetSource(opts, rank, world_size, pin_memory=pin_memory, defer_decode=stage is not None)
-    return source if stage is None else StagedSource(source, stage)
+    if stage is None:
+        return source
+    return StagedSource(source, with_video_stage(stage, source.dataset.collate_config.video_policy))
+
+
+def with_video_stage(stage: Stage, video_policy) -> Stage:
+    """`stage`, then (when the dataset lays out videos, whose clips defer_decode ships encoded too) a
+    `DaliVideoStage` on the same DALI device."""
+    if video_policy is None:
+        return stage
+    from vlmdata.decode.dali import DaliVideoStage, VideoStageOptions
+
+    opt = stage.options
+    videos = DaliVideoStage(video_policy, VideoStageOptions(
+        device=opt.device, device_id=opt.device_id if opt.device == "mixed" else None))
+
+    def both(batch: dict) -> dict:
+        return videos(stage(batch))
+
+    return both
 
 
 def make_batch_source(opts: DataOptions, rank: int, world_size: int, device: torch.device,

@@ -100,6 +100,8 @@ def test_bad_packs(qwen):
     adapter = make_adapter(spec)
     with pytest.raises(AdapterError, match="defer_decode"):
         adapter({"input_ids": torch.zeros(2), "image_bytes": [b""]})
+    with pytest.raises(AdapterError, match="encoded clips"):
+        adapter({"input_ids": torch.zeros(2), "video_bytes": [b""]})
     with pytest.raises(AdapterError, match="not a PackedBatch"):
         adapter({"input_ids": torch.zeros(2)})
     pack = reference_pack(refs, spec.image_policy(), spec.image_token_id)

@@ -6,7 +6,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "check_codecs": "codec_support", "missing_codecs": "codec_support",
     "failure_reason": "failures",
     "fastest_cpu_decoder": "choose", "make_decoder": "choose", "make_gpu_stage": "choose",
-    "save_cpu_choice": "choose",
+    "save_cpu_choice": "choose", "dali_available": "choose",
     "ImageDecoder": "interface",
     "flatten_patches": "patches", "pack_patches": "patches", "unflatten_patches": "patches",
     "PillowDecoder": "pillow",

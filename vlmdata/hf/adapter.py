@@ -134,6 +134,9 @@ class HFBatchAdapter:
         if "image_bytes" in pack:
             raise AdapterError("the pack holds encoded images (defer_decode): decode them before the adapter "
                                "(DatasetOptions(defer_decode=False), or run the GPU decode stage first)")
+        if "video_bytes" in pack:
+            raise AdapterError("the pack holds encoded clips (defer_decode): decode them before the adapter "
+                               "(DatasetOptions(defer_decode=False), or run decode.dali.video.DaliVideoStage first)")
         packed = "cu_seqlens" in pack
         if not packed and "attention_mask" not in pack:
             raise AdapterError(f"not a PackedBatch (no cu_seqlens, no attention_mask): keys {sorted(pack)}")

@@ -13,4 +13,5 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "PackWriter": "shared_pack", "PackedBatch": "shared_pack", "set_shared_packs": "shared_pack",
     "shared_memory_available": "shared_pack",
     "open_source": "shard_source",
+    "PendingVideo": "video_decode", "decode_videos": "video_decode", "defer_videos": "video_decode",
 })

@@ -18,7 +18,8 @@ Pack mode (see docs/architecture.md, PackedBatch):
     image_bytes / image_sizes                         instead of pixels when decode is deferred (GPU decode):
                                                       list of uint8 arrays (encoded files), int32 [n, 2] (w, h),
                   image_counts int32 [n]              with images per sample (one per cu_seqlens segment / row)
-    pixel_values_videos / video_grid / second_per_grid_ts   a pack holding clips (loading.video_pack)
+    pixel_values_videos / video_grid / second_per_grid_ts   a pack holding clips (loading.video_pack; deferred:
+                                                      video_bytes and the frames each clip sampled)
     sample_keys   list[str];  state dict;  stats dict (metrics.StatsDelta)
 Bucket mode: the same fields padded to [B, L] plus attention_mask, without cu_seqlens.
 
@@ -246,14 +247,14 @@ def collate_pack(samples: list[PreparedSample], cfg: CollateConfig, stats: Stats
         out.add(name, np.int64, (total,))
     out.add("cu_seqlens", np.int32, (len(cu),))
     pixels.declare(out)
-    declare_videos(out, [v for s in parts for v in s.videos])
+    declare_videos(out, [v for s in parts for v in s.videos], [len(s.videos) for s in parts])
     a = out.allocate()
     np.concatenate([s.ids for s in parts], out=a["input_ids"])
     np.concatenate([s.labels for s in parts], out=a["labels"])
     np.subtract(np.arange(total, dtype=np.int64), np.repeat(cu[:-1].astype(np.int64), lengths),
                 out=a["position_ids"])
     a["cu_seqlens"][:] = cu
-    fill_videos(a, [v for s in parts for v in s.videos])
+    fill_videos(a, [v for s in parts for v in s.videos], [len(s.videos) for s in parts])
     if not pixels.fill(a):
         return None
     batch = out.finish({"max_seqlen": int(lengths.max()), "sample_keys": [s.key for s in samples]})
@@ -276,7 +277,7 @@ def collate_bucket(samples: list[PreparedSample], cfg: CollateConfig, stats: Sta
         out.add(name, np.int64, (b, longest))
     out.add("lengths", np.int32, (b,))
     declare_images(out, parts, cfg)
-    declare_videos(out, [v for s in parts for v in s.videos])
+    declare_videos(out, [v for s in parts for v in s.videos], [len(s.videos) for s in parts])
     a = out.allocate()
     ids, labels, mask, pos = a["input_ids"], a["labels"], a["attention_mask"], a["position_ids"]
     ids[:] = cfg.pad_token_id
@@ -291,7 +292,7 @@ def collate_bucket(samples: list[PreparedSample], cfg: CollateConfig, stats: Sta
         pos[i, :n] = np.arange(n)
     a["lengths"][:] = lengths
     fill_images(a, parts, cfg)
-    fill_videos(a, [v for s in parts for v in s.videos])
+    fill_videos(a, [v for s in parts for v in s.videos], [len(s.videos) for s in parts])
     batch = out.finish({"max_seqlen": longest, "sample_keys": [s.key for s in samples]})
     stats.samples += len(samples)
     stats.images += sum(len(s.images) for s in samples)

@@ -57,7 +57,7 @@ from vlmdata.loading.text_views import (
     choose_pixels,
     choose_policy,
 )
-from vlmdata.loading.video_decode import decode_videos
+from vlmdata.loading.video_decode import decode_videos, defer_videos
 from vlmdata.loading.warm_start import warm
 from vlmdata.metrics.counts import StatsDelta, take_fetch_stats
 from vlmdata.plan.assign import rank_packs, rank_step_samples
@@ -79,8 +79,10 @@ class DatasetOptions:
     window_shards: shards shuffled and packed together (the cache should hold about this many).
     overlong: samples longer than max_tokens are "truncate"d at the text tail or "drop"ped.
     storage_options: fsspec options for the dataset URLs (also used by the direct fetcher).
-    defer_decode: put encoded `image_bytes` + `image_sizes` in the pack instead of pixels
-        (the main process decodes, e.g. with DALI on the GPU).
+    defer_decode: put encoded `image_bytes` + `image_sizes` in the pack instead of pixels, and each
+        clip's bytes with the frames its policy sampled (`video_bytes`, `video_frames`, ...:
+        loading.video_pack) instead of `pixel_values_videos` (the main process decodes, e.g. with DALI
+        on the GPU: decode.dali.gpu.DaliGpuStage, decode.dali.video.DaliVideoStage).
     mix_samples: samples per epoch when mixing several datasets (default: their sizes summed).
     retry: the retry policy (vlmdata.retry.RetryPolicy) of the dataset's own reads: manifest, planning
         columns, shard indices, and shards when `cache` is None (a cache has its own `retry`). None: the
@@ -675,7 +677,8 @@ class VLMDataset(IterableDataset):
         decoded = self._decode(records, stats)
         videos = None
         if any(r.videos for r in records):               # only the sampled frames, clip by clip
-            videos = decode_videos(records, self.collate_config.video_policy, stats)
+            clips_of = defer_videos if self.options.defer_decode else decode_videos
+            videos = clips_of(records, self.collate_config.video_policy, stats)
             decoded = [None if vs is None else ims for ims, vs in zip(decoded, videos)]
         return build_pack(records, decoded, self.collate_config, stats, self.plan_options.mode, videos)
 

@@ -98,7 +98,7 @@ def layout_pack(t: PackTokens, cfg: CollateConfig, stats: StatsDelta, pixels, cl
         out.add(name, np.int64, (total,))
     out.add("cu_seqlens", np.int32, (len(exp_cu),))
     pixels.declare(out)
-    declare_videos(out, list(clips))
+    declare_videos(out, list(clips), t.clip_counts)
     a = out.allocate()
     a["input_ids"][:] = np.repeat(ids, repeats)
     write_expansions(a["input_ids"], placeholder_starts(repeats, is_img), sizes, cfg.policy, counts)
@@ -107,7 +107,7 @@ def layout_pack(t: PackTokens, cfg: CollateConfig, stats: StatsDelta, pixels, cl
     a["labels"][exp_cu[:-1][exp_lens > 0]] = IGNORE          # each sample's first token predicts nothing
     np.subtract(np.arange(total, dtype=np.int64), np.repeat(exp_cu[:-1], exp_lens), out=a["position_ids"])
     a["cu_seqlens"][:] = exp_cu
-    fill_videos(a, list(clips))
+    fill_videos(a, list(clips), t.clip_counts)
     if not pixels.fill(a):
         return None
     batch = out.finish({"max_seqlen": int(exp_lens.max()), "sample_keys": list(t.keys)})

@@ -1,28 +1,68 @@
-"""Decoding a pack's clips in the DataLoader worker: only the sampled frames, one clip at a time.
+"""A pack's clips in the DataLoader worker: decoded (only the sampled frames, one clip at a time) or deferred.
 
 `decode_videos(records, policy, stats)` gives, per record, its clips laid out for the model
 (`video.policy.DecodedVideo`) or None when one of them fails: that sample is skipped and counted under
 the clip's reason (the probe's `ClipProblem` reason, else `undecodable_video`); the rest of the pack
 is built as usual. Each clip's decoded frames are freed once its patch rows are made, so a worker holds
 at most one clip's frames.
+
+`defer_videos(records, policy, stats)` (`defer_decode`) gives the same per record without decoding:
+each clip as a `PendingVideo` (its encoded bytes, probe dict and the policy's `ClipLayout`: the frames
+it samples, their size, its tokens), decoded later by the training process's video stage
+(`decode.dali.video.DaliVideoStage`).
 """
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from vlmdata.errors import Skip
 from vlmdata.metrics.counts import StatsDelta
-from vlmdata.video.probe import ClipProblem
+from vlmdata.video.layout import ClipLayout
+from vlmdata.video.probe import ClipInfo, ClipProblem
 
-__all__ = ["decode_videos"]
+__all__ = ["PendingVideo", "decode_videos", "defer_videos"]
 
 log = logging.getLogger(__name__)
 
 
-def _clip(policy, key: str, j: int, clip, stats: StatsDelta):
+@dataclass
+class PendingVideo:
+    """A clip shipped encoded: what the pack needs of it (tokens, placeholder ids) without its pixels."""
+
+    data: memoryview | bytes
+    info: dict
+    layout: ClipLayout
+
+    @property
+    def tokens(self) -> int:
+        return self.layout.tokens
+
+    @property
+    def expansion(self):
+        return self.layout.expansion
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return self.layout.grid
+
+    @property
+    def second_per_grid(self) -> float:
+        return self.layout.second_per_grid
+
+
+def _pending(policy, data, info: dict) -> PendingVideo:
+    return PendingVideo(data, info, policy.clip_layout(ClipInfo.from_dict(info)))
+
+
+def _decoded(policy, data, info: dict):
+    return policy.load(data, info)
+
+
+def _clip(make, policy, key: str, j: int, clip, stats: StatsDelta):
     try:
-        return policy.load(clip.data, clip.info)
+        return make(policy, clip.data, clip.info)
     except ClipProblem as exc:
         reason = exc.reason
     except Exception as exc:  # PyAV raises its own error classes; any failure costs only this sample
@@ -32,14 +72,12 @@ def _clip(policy, key: str, j: int, clip, stats: StatsDelta):
     return None
 
 
-def decode_videos(records: list, policy, stats: StatsDelta) -> list[list | None]:
-    """Per record: its decoded clips ([] without clips), or None (a clip failed; counted)."""
+def _each_clip(make, records: list, policy, stats: StatsDelta) -> list[list | None]:
     out: list[list | None] = []
-    t0 = time.perf_counter()
     for rec in records:
         clips = []
         for j, clip in enumerate(rec.videos):
-            got = None if policy is None else _clip(policy, rec.key, j, clip, stats)
+            got = None if policy is None else _clip(make, policy, rec.key, j, clip, stats)
             if got is None:
                 if policy is None:
                     stats.skipped[Skip.VIDEO_UNSUPPORTED] += 1
@@ -47,6 +85,19 @@ def decode_videos(records: list, policy, stats: StatsDelta) -> list[list | None]
                 break
             clips.append(got)
         out.append(clips)
+    return out
+
+
+def decode_videos(records: list, policy, stats: StatsDelta) -> list[list | None]:
+    """Per record: its decoded clips ([] without clips), or None (a clip failed; counted)."""
+    t0 = time.perf_counter()
+    out = _each_clip(_decoded, records, policy, stats)
     if any(r.videos for r in records):
         stats.decode_seconds += time.perf_counter() - t0
     return out
+
+
+def defer_videos(records: list, policy, stats: StatsDelta) -> list[list | None]:
+    """Per record: its clips as `PendingVideo` ([] without clips), or None (a clip's metadata is unusable;
+    counted)."""
+    return _each_clip(_pending, records, policy, stats)

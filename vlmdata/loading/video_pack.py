@@ -9,8 +9,21 @@ only when the pack holds a clip:
     pixel_values_videos  uint8 [rows, 3 * tp * patch * patch]  Qwen's flattened patches, clip after clip
     video_grid           int32 [n_videos, 3]                   (t, h, w) in patches
     second_per_grid_ts   float32 [n_videos]                    seconds one temporal patch spans
+
+With `defer_decode` (clips are `loading.video_decode.PendingVideo`) the pack holds, instead of
+`pixel_values_videos`, what the training process's video stage needs to make them
+(`decode.dali.video.DaliVideoStage`), with `video_grid` and `second_per_grid_ts` as above:
+
+    video_bytes          list of uint8 arrays                  each clip's encoded file
+    video_info           list of uint8 arrays                  its probe dict (`ClipInfo.to_dict`), JSON
+    video_frames         int32 [sampled frames]                the frames its policy sampled, clip after clip
+    video_frame_counts   int32 [n_videos]                      frames sampled per clip
+    video_sizes          int32 [n_videos, 2]                   (width, height) those frames are resized to
+    video_counts         int32 [n_samples]                     clips per sample (one per cu_seqlens segment / row)
 """
 from __future__ import annotations
+
+import json
 
 import numpy as np
 
@@ -42,22 +55,51 @@ def write_video_expansions(exp_ids: np.ndarray, repeats: np.ndarray, is_vid: np.
             exp_ids[at:at + len(v.expansion)] = v.expansion
 
 
-def declare_videos(out: PackWriter, videos: list) -> None:
-    """Declare the pack's video fields (nothing for a pack without clips)."""
+def _deferred(videos: list) -> bool:
+    return hasattr(videos[0], "layout")
+
+
+def _info_json(video) -> bytes:
+    return json.dumps(video.info).encode()
+
+
+def declare_videos(out: PackWriter, videos: list, counts) -> None:
+    """Declare the pack's video fields (nothing for a pack without clips); `counts`: clips per sample."""
     if not videos:
         return
-    out.add("pixel_values_videos", np.uint8, (sum(len(v.rows) for v in videos), videos[0].rows.shape[1]))
     out.add("video_grid", np.int32, (len(videos), 3))
     out.add("second_per_grid_ts", np.float32, (len(videos),))
+    if not _deferred(videos):
+        out.add("pixel_values_videos", np.uint8, (sum(len(v.rows) for v in videos), videos[0].rows.shape[1]))
+        return
+    out.add_bytes("video_bytes", [memoryview(v.data).nbytes for v in videos])
+    out.add_bytes("video_info", [len(_info_json(v)) for v in videos])
+    out.add("video_frames", np.int32, (sum(len(v.layout.indices) for v in videos),))
+    out.add("video_frame_counts", np.int32, (len(videos),))
+    out.add("video_sizes", np.int32, (len(videos), 2))
+    out.add("video_counts", np.int32, (len(counts),))
 
 
-def fill_videos(arrays: dict, videos: list) -> None:
-    """Write the clips' rows, grids and temporal spans into the pack's buffer."""
+def fill_videos(arrays: dict, videos: list, counts) -> None:
+    """Write the clips' rows (or, deferred, their bytes and sampled frames), grids and temporal spans."""
     if not videos:
+        return
+    for i, v in enumerate(videos):
+        arrays["video_grid"][i] = v.grid
+        arrays["second_per_grid_ts"][i] = v.second_per_grid
+    if not _deferred(videos):
+        at = 0
+        for v in videos:
+            arrays["pixel_values_videos"][at:at + len(v.rows)] = v.rows
+            at += len(v.rows)
         return
     at = 0
     for i, v in enumerate(videos):
-        arrays["pixel_values_videos"][at:at + len(v.rows)] = v.rows
-        at += len(v.rows)
-        arrays["video_grid"][i] = v.grid
-        arrays["second_per_grid_ts"][i] = v.second_per_grid
+        arrays["video_bytes"][i][:] = np.frombuffer(v.data, np.uint8)
+        arrays["video_info"][i][:] = np.frombuffer(_info_json(v), np.uint8)
+        n = len(v.layout.indices)
+        arrays["video_frames"][at:at + n] = v.layout.indices
+        at += n
+        arrays["video_frame_counts"][i] = n
+        arrays["video_sizes"][i] = v.layout.size
+    arrays["video_counts"][:] = counts

@@ -5,7 +5,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DecodedVideo", "flatten_video", "resize_frames", "tile_rows"]
+__all__ = ["ClipLayout", "DecodedVideo", "flatten_video", "resize_frames", "tile_rows", "video_tokens"]
+
+
+def video_tokens(grid: tuple[int, int, int], merge: int, expansion: np.ndarray | None, count: int | None) -> int:
+    """LLM tokens of a clip: its expansion's length, else its `count`, else t * h * w / merge²."""
+    if expansion is not None:
+        return len(expansion)
+    if count is not None:
+        return count
+    t, h, w = grid
+    return t * h * w // (merge * merge)
 
 
 @dataclass
@@ -25,12 +35,30 @@ class DecodedVideo:
 
     @property
     def tokens(self) -> int:
-        if self.expansion is not None:
-            return len(self.expansion)
-        if self.count is not None:
-            return self.count
-        t, h, w = self.grid
-        return t * h * w // (self.merge * self.merge)
+        return video_tokens(self.grid, self.merge, self.expansion, self.count)
+
+
+@dataclass(frozen=True)
+class ClipLayout:
+    """What a clip becomes, known from its metadata before any decode: the frames it takes (presentation
+    order), the (width, height) they are resized to, and every `DecodedVideo` field but its rows. A policy's
+    `clip_layout(clip)` gives it and `frame_rows(frames, layout)` the rows of the decoded frames."""
+
+    indices: np.ndarray
+    size: tuple[int, int]
+    grid: tuple[int, int, int]
+    second_per_grid: float
+    merge: int
+    expansion: np.ndarray | None = None
+    count: int | None = None
+
+    @property
+    def tokens(self) -> int:
+        return video_tokens(self.grid, self.merge, self.expansion, self.count)
+
+    def with_rows(self, rows: np.ndarray) -> DecodedVideo:
+        """The clip laid out, once its frames' rows are made."""
+        return DecodedVideo(rows, self.grid, self.second_per_grid, self.merge, self.expansion, self.count)
 
 
 def resize_frames(frames: list[np.ndarray], width: int, height: int, resample: int) -> list[np.ndarray]:

@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from vlmdata.video.layout import DecodedVideo, tile_rows
+from vlmdata.video.clip_load import load_clip
+from vlmdata.video.layout import ClipLayout, DecodedVideo, tile_rows
 
 __all__ = ["DEFAULT_NUM_FRAMES", "OnevisionVideoPolicy"]
 
@@ -60,22 +61,25 @@ class OnevisionVideoPolicy:
         shape = np.broadcast_shapes(np.shape(frames), np.shape(fps), np.shape(width), np.shape(height))
         return np.full(shape, self.num_frames * self.per_frame() + 1, np.int64)
 
+    def clip_layout(self, clip) -> ClipLayout:
+        """The N frames a probed clip (`ClipInfo`) takes, the tile they are resized to, from its metadata."""
+        span = clip.frames / max(clip.measured_fps, 1e-9) / self.num_frames     # seconds between samples
+        return self._layout(self.frame_indices(clip.frames), span)
+
+    def _layout(self, indices: np.ndarray, second_per_grid: float) -> ClipLayout:
+        n = len(indices)
+        return ClipLayout(indices, (self.tile, self.tile), (n, self.tile // self.patch, self.tile // self.patch),
+                          float(second_per_grid), 1, count=n * self.per_frame() + 1)
+
+    def frame_rows(self, frames: list[np.ndarray], layout: ClipLayout) -> np.ndarray:
+        """The sampled (H, W, 3) uint8 frames resized to the tile; rows uint8 [N, 3 * S * S], channel-major."""
+        return tile_rows(frames, self.tile, self.resample)
+
     def layout(self, frames: list[np.ndarray], second_per_grid: float) -> DecodedVideo:
         """Resize the sampled (H, W, 3) uint8 frames to the tile; rows uint8 [N, 3 * S * S], channel-major."""
-        rows = tile_rows(frames, self.tile, self.resample)
-        grid = (len(frames), self.tile // self.patch, self.tile // self.patch)
-        return DecodedVideo(rows, grid, float(second_per_grid), 1, count=len(frames) * self.per_frame() + 1)
+        layout = self._layout(np.arange(len(frames)), second_per_grid)
+        return layout.with_rows(self.frame_rows(frames, layout))
 
     def load(self, data, info: dict) -> DecodedVideo:
         """Decode only the sampled frames of a stored clip and lay them out (see `VideoPolicy.load`)."""
-        from vlmdata.video.frames import decode_frames
-        from vlmdata.video.probe import ClipInfo
-
-        clip = ClipInfo.from_dict(info)
-        indices = self.frame_indices(clip.frames)
-        frames = decode_frames(data, clip, indices)
-        try:
-            span = clip.frames / max(clip.measured_fps, 1e-9) / self.num_frames     # seconds between samples
-            return self.layout(frames, span)
-        finally:
-            del frames
+        return load_clip(self, data, info)

@@ -25,8 +25,9 @@ this one, `qwen2_vl_video`, Qwen3-VL's `qwen3_vl_video`, `video.qwen3_policy`, a
 not yet used by its family).
 
 `VideoPolicy.tokens(...)` is vectorised over numpy arrays (the planner counts from index columns);
-`load(data, info)` decodes only the sampled frames, one clip at a time, and lays them out as Qwen's
-flattened patches (`DecodedVideo`).
+`clip_layout(clip)` says which frames a clip takes and their size and grid from its metadata (a deferred
+decode ships that with the clip); `frame_rows(frames, layout)` lays decoded frames out as Qwen's flattened
+patches; `load(data, info)` does both around decoding only the sampled frames, one clip at a time (`DecodedVideo`).
 """
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from vlmdata.decode.policy import DynamicPolicy
+from vlmdata.video.clip_load import load_clip
 from vlmdata.video.internvl_policy import InternVLVideoPolicy
-from vlmdata.video.layout import DecodedVideo, flatten_video, resize_frames
+from vlmdata.video.layout import ClipLayout, DecodedVideo, flatten_video, resize_frames
 from vlmdata.video.onevision_policy import OnevisionVideoPolicy
 from vlmdata.video.qwen3_policy import Qwen3VideoPolicy
 
@@ -102,27 +104,32 @@ class VideoPolicy:
         n = self.num_frames(frames, fps)
         return self.temporal_patch / (n / np.asarray(frames, np.float64) * np.asarray(fps, np.float64))
 
+    def clip_layout(self, clip) -> ClipLayout:
+        """The frames a probed clip (`ClipInfo`) takes, their size and grid, from its metadata."""
+        indices = self.frame_indices(clip.frames, clip.measured_fps)
+        return self._layout(indices, clip.width, clip.height,
+                            float(self.second_per_grid(clip.frames, clip.measured_fps)))
+
+    def _layout(self, indices: np.ndarray, width: int, height: int, second_per_grid: float) -> ClipLayout:
+        w, h = (int(x) for x in self.frame_size(width, height))
+        t = -(-len(indices) // self.temporal_patch)
+        return ClipLayout(indices, (w, h), (t, h // self.patch, w // self.patch), second_per_grid, self.merge)
+
+    def frame_rows(self, frames: list[np.ndarray], layout: ClipLayout) -> np.ndarray:
+        """The sampled (H, W, 3) uint8 frames resized (bicubic, as the processor) and flattened."""
+        return flatten_video(resize_frames(frames, *layout.size, self.resample), self.patch, self.merge,
+                             self.temporal_patch)
+
     def layout(self, frames: list[np.ndarray], second_per_grid: float) -> DecodedVideo:
         """Resize the sampled (H, W, 3) uint8 frames (bicubic, as the processor) and flatten them."""
         h0, w0 = frames[0].shape[:2]
-        w, h = (int(x) for x in self.frame_size(w0, h0))
-        rows = flatten_video(resize_frames(frames, w, h, self.resample), self.patch, self.merge, self.temporal_patch)
-        t = -(-len(frames) // self.temporal_patch)
-        return DecodedVideo(rows, (t, h // self.patch, w // self.patch), float(second_per_grid), self.merge)
+        layout = self._layout(np.arange(len(frames)), w0, h0, float(second_per_grid))
+        return layout.with_rows(self.frame_rows(frames, layout))
 
     def load(self, data, info: dict) -> DecodedVideo:
         """Decode only the sampled frames of a stored clip (`StoredVideo.data`, its probe dict) and lay
         them out; ClipProblem / ValueError for a clip that does not decode."""
-        from vlmdata.video.frames import decode_frames
-        from vlmdata.video.probe import ClipInfo
-
-        clip = ClipInfo.from_dict(info)
-        indices = self.frame_indices(clip.frames, clip.measured_fps)
-        frames = decode_frames(data, clip, indices)
-        try:
-            return self.layout(frames, float(self.second_per_grid(clip.frames, clip.measured_fps)))
-        finally:
-            del frames
+        return load_clip(self, data, info)
 
 
 # a policy dict's `kind` -> what builds the policy from the rest of the dict

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from vlmdata.video.layout import DecodedVideo, flatten_video, resize_frames
+from vlmdata.video.clip_load import load_clip
+from vlmdata.video.layout import ClipLayout, DecodedVideo, flatten_video, resize_frames
 from vlmdata.video.timestamps import patch_timestamps, stamp_ids, stamps_length
 
 __all__ = ["QWEN3_VL_VIDEO", "Qwen3VideoPolicy", "smart_resize_video"]
@@ -143,24 +144,27 @@ class Qwen3VideoPolicy:
         n = self.num_frames(frames, fps)
         return self.temporal_patch / (n / float(frames) * float(fps))
 
+    def clip_layout(self, clip) -> ClipLayout:
+        """The frames a probed clip (`ClipInfo`) takes, their size, grid and placeholder ids, from its metadata."""
+        indices = self.frame_indices(clip.frames, clip.measured_fps)
+        return self._layout(indices, clip.width, clip.height, clip.measured_fps, clip.frames)
+
+    def _layout(self, indices: np.ndarray, width: int, height: int, fps: float, total: int) -> ClipLayout:
+        grid = self.grid_of(len(indices), width, height)
+        return ClipLayout(indices, (grid[2] * self.patch, grid[1] * self.patch), grid,
+                          self.second_per_grid(total, fps), self.merge, self.expansion(indices, fps, grid))
+
+    def frame_rows(self, frames: list[np.ndarray], layout: ClipLayout) -> np.ndarray:
+        """The sampled (H, W, 3) uint8 frames resized (bicubic) and flattened."""
+        return flatten_video(resize_frames(frames, *layout.size, self.resample), self.patch, self.merge,
+                             self.temporal_patch)
+
     def layout(self, frames: list[np.ndarray], indices: np.ndarray, fps: float, total: int) -> DecodedVideo:
         """Resize the sampled (H, W, 3) uint8 frames (bicubic), flatten them and build the placeholder ids."""
         h0, w0 = frames[0].shape[:2]
-        grid = self.grid_of(len(frames), w0, h0)
-        rows = flatten_video(resize_frames(frames, grid[2] * self.patch, grid[1] * self.patch, self.resample),
-                             self.patch, self.merge, self.temporal_patch)
-        return DecodedVideo(rows, grid, self.second_per_grid(total, fps), self.merge,
-                            self.expansion(indices, fps, grid))
+        layout = self._layout(np.asarray(indices), w0, h0, fps, total)
+        return layout.with_rows(self.frame_rows(frames, layout))
 
     def load(self, data, info: dict) -> DecodedVideo:
         """Decode only the sampled frames of a stored clip and lay them out (see `VideoPolicy.load`)."""
-        from vlmdata.video.frames import decode_frames
-        from vlmdata.video.probe import ClipInfo
-
-        clip = ClipInfo.from_dict(info)
-        indices = self.frame_indices(clip.frames, clip.measured_fps)
-        frames = decode_frames(data, clip, indices)
-        try:
-            return self.layout(frames, indices, clip.measured_fps, clip.frames)
-        finally:
-            del frames
+        return load_clip(self, data, info)

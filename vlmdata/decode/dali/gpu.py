@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from vlmdata.decode.dali.bad_samples import drop_samples
 from vlmdata.decode.dali.cpu import note_fallback, target_hw
 from vlmdata.decode.dali.pipeline import DaliConfig, DaliRunner, Normalization
 from vlmdata.decode.dali.routing import plan_decode
@@ -213,20 +214,9 @@ class DaliGpuStage:
             log.warning("pack has no image_counts and no image_token_id is configured: %d corrupt image(s) "
                         "zeroed but their samples keep their loss", len(bad))
         samples = sorted({int(owners[i]) for i in bad}) if owners is not None else []
-        if samples and "labels" in batch and "cu_seqlens" in batch:
-            cu = batch["cu_seqlens"].tolist()
-            for k in samples:
-                batch["labels"][cu[k]:cu[k + 1]] = -100
         n = len(samples) if owners is not None else len(bad)
         self.skipped[SKIP_REASON] += n
-        stats = batch.get("stats")
-        if isinstance(stats, dict):
-            skipped = stats.setdefault("skipped", {})
-            skipped[SKIP_REASON] = skipped.get(SKIP_REASON, 0) + n
-            if "samples" in stats:
-                stats["samples"] = max(0, stats["samples"] - n)
-        keys = batch.get("sample_keys")
-        batch["bad_samples"] = [keys[k] for k in samples] if keys is not None else samples
+        drop_samples(batch, samples, SKIP_REASON, n)
 
 
 def _numpy(x) -> np.ndarray:
