@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DecodedVideo", "flatten_video", "resize_frames", "tile_rows"]
+__all__ = ["DecodedVideo", "flatten_video", "load_uniform", "resize_frames", "tile_rows"]
 
 
 @dataclass
@@ -58,3 +58,17 @@ def flatten_video(frames: list[np.ndarray], patch: int, merge: int, temporal_pat
     x = x.reshape(t, temporal_patch, gh // merge, merge, patch, gw // merge, merge, patch, c)
     x = x.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)                       # t, bh, bw, mh, mw, C, tp, py, px
     return np.ascontiguousarray(x).reshape(t * gh * gw, c * temporal_patch * patch * patch)
+
+
+def load_uniform(policy, data, info: dict) -> DecodedVideo:
+    """Decode only the frames a fixed-count policy (`num_frames`, `frame_indices`, `layout`) samples from a
+    stored clip and lay them out; `second_per_grid` is the seconds between two samples."""
+    from vlmdata.video.frames import decode_frames
+    from vlmdata.video.probe import ClipInfo
+
+    clip = ClipInfo.from_dict(info)
+    frames = decode_frames(data, clip, policy.frame_indices(clip.frames))
+    try:
+        return policy.layout(frames, clip.frames / max(clip.measured_fps, 1e-9) / policy.num_frames)
+    finally:
+        del frames

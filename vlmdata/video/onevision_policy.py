@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from vlmdata.video.layout import DecodedVideo, tile_rows
+from vlmdata.video.layout import DecodedVideo, load_uniform, tile_rows
 
 __all__ = ["DEFAULT_NUM_FRAMES", "OnevisionVideoPolicy"]
 
@@ -68,14 +68,4 @@ class OnevisionVideoPolicy:
 
     def load(self, data, info: dict) -> DecodedVideo:
         """Decode only the sampled frames of a stored clip and lay them out (see `VideoPolicy.load`)."""
-        from vlmdata.video.frames import decode_frames
-        from vlmdata.video.probe import ClipInfo
-
-        clip = ClipInfo.from_dict(info)
-        indices = self.frame_indices(clip.frames)
-        frames = decode_frames(data, clip, indices)
-        try:
-            span = clip.frames / max(clip.measured_fps, 1e-9) / self.num_frames     # seconds between samples
-            return self.layout(frames, span)
-        finally:
-            del frames
+        return load_uniform(self, data, info)
