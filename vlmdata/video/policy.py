@@ -21,8 +21,7 @@ declared rate transformers reads.
 
 `make_video_policy(dict)` builds a family's policy from its manifest dict by its `kind` (`POLICY_KINDS`:
 this one, `qwen2_vl_video`, Qwen3-VL's `qwen3_vl_video`, `video.qwen3_policy`, and LLaVA-OneVision's
-`llava_onevision_video`, `video.onevision_policy`; InternVL's `internvl_video`, `video.internvl_policy`,
-not yet used by its family).
+`llava_onevision_video`, `video.onevision_policy`; InternVL's `internvl_video`, `video.internvl_policy`).
 
 `VideoPolicy.tokens(...)` is vectorised over numpy arrays (the planner counts from index columns);
 `load(data, info)` decodes only the sampled frames, one clip at a time, and lays them out as Qwen's
