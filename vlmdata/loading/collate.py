@@ -18,7 +18,8 @@ Pack mode (see docs/architecture.md, PackedBatch):
     image_bytes / image_sizes                         instead of pixels when decode is deferred (GPU decode):
                                                       list of uint8 arrays (encoded files), int32 [n, 2] (w, h),
                   image_counts int32 [n]              with images per sample (one per cu_seqlens segment / row)
-    pixel_values_videos / video_grid / second_per_grid_ts   a pack holding clips (loading.video_pack)
+    pixel_values_videos / video_grid / second_per_grid_ts / video_images_before   a pack holding clips
+                                                      (loading.video_pack)
     sample_keys   list[str];  state dict;  stats dict (metrics.StatsDelta)
 Bucket mode: the same fields padded to [B, L] plus attention_mask, without cu_seqlens.
 
