@@ -1,34 +1,18 @@
-"""InternVL's video policy (not yet used by the family) against transformers' own InternVL code: sampled frame
-indices from `InternVLVideoProcessor.sample_frames` itself (its module imports torchvision, which is not installed
-here, so the method's source is compiled alone, with torch), and the placeholder ids against
-`InternVLProcessor.replace_video_token`'s text on the test word tokenizer."""
+"""InternVL's video policy against transformers' own InternVL code: sampled frame indices from
+`InternVLVideoProcessor.sample_frames` itself (its module imports torchvision, which is not installed here, so the
+method's source is compiled alone, with torch: `tests/helpers/internvl_video.py`), and the placeholder ids against
+`InternVLProcessor.replace_video_token`'s text on the test word tokenizer and the Qwen2 BPE; the family's video
+config checks. Sharded and loaded clips against the processor: tests/video/test_internvl_video_load.py."""
 from __future__ import annotations
-
-import ast
 
 import numpy as np
 import pytest
 import torch
 
+from tests.helpers.internvl_video import reference_sample_frames
 from vlmdata.video import InternVLVideoPolicy, frame_prefix_texts, make_video_policy
 
 FRAMES = [1, 3, 7, 8, 9, 17, 60, 61, 99, 100, 301, 1000, 2386, 7201]
-
-
-def reference_sample_frames():
-    """`InternVLVideoProcessor.sample_frames`, compiled from the installed module's source."""
-    import importlib.util
-
-    from transformers.video_utils import VideoMetadata
-
-    path = importlib.util.find_spec("transformers.models.internvl.video_processing_internvl").origin
-    tree = ast.parse(open(path).read())
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "InternVLVideoProcessor")
-    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "sample_frames")
-    scope = {"torch": torch, "VideoMetadata": VideoMetadata}
-    exec(compile(ast.Module(body=[fn], type_ignores=[]), path, "exec"), scope)
-    me = type("Defaults", (), {"num_frames": None, "initial_shift": True})()        # the class's defaults
-    return lambda frames, n: scope["sample_frames"](me, VideoMetadata(total_num_frames=frames, fps=30.0), num_frames=n)
 
 
 def policy(n: int, **kw) -> InternVLVideoPolicy:
@@ -85,12 +69,59 @@ def test_placeholder_ids_are_the_processors_text_tokenized(n, tokenizer):
     text = InternVLProcessor.replace_video_token(me, {"pixel_values_videos": [torch.zeros(n, 3, 1, 1)]}, 0)
     want = encode(text)
     assert pol.expansion().tolist() == want
-    assert int(pol.tokens(100, 30.0, 64, 48)) == len(want)
+    assert pol.placeholder_ids().tolist() == want[len(prefixes[0]):]        # "Frame1: " is stored with the text
+    assert int(pol.tokens(100, 30.0, 64, 48)) == len(want) - len(prefixes[0])
 
 
 def test_frames_are_one_tile_each_and_the_policy_round_trips():
     rng = np.random.default_rng(0)
     pol = policy(3, tile=28, per_tile=4)
     got = pol.layout(list(rng.integers(0, 256, (3, 40, 60, 3), dtype=np.uint8)), 0.5)
-    assert got.rows.shape == (3, 3 * 28 * 28) and got.tokens == len(pol.expansion()) == 3 * (1 + 4 + 2)
+    assert got.rows.shape == (3, 3 * 28 * 28) and got.tokens == len(pol.placeholder_ids()) == 3 * (1 + 4 + 2) - 1
     assert make_video_policy(pol.to_dict()) == pol
+
+
+IMAGENET = {"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    from tests.helpers.hf import write_internvl_folder
+
+    return write_internvl_folder(str(tmp_path_factory.mktemp("ivl") / "ivl"))
+
+
+def _family(tmp_path, tiny_folder, video_config: dict | None, caplog=None):
+    import json
+    import shutil
+
+    from vlmdata.text.families import load_family
+
+    folder = shutil.copytree(tiny_folder, tmp_path / "ivl")
+    if video_config is not None:
+        (tmp_path / "ivl/video_preprocessor_config.json").write_text(json.dumps(video_config))
+    if caplog is None:
+        return load_family(str(folder))
+    with caplog.at_level("WARNING"):
+        return load_family(str(folder))
+
+
+@pytest.mark.parametrize("config,frames", [(None, 8), ({"num_frames": 5, **IMAGENET}, 5)], ids=["none", "folder"])
+def test_the_family_reads_the_folders_video_config(tmp_path, tiny_folder, config, frames):
+    from tests.helpers.hf import INTERNVL_PER_TILE, INTERNVL_TILE
+    fam = _family(tmp_path, tiny_folder, config)
+    pol = make_video_policy(fam.vision.video_policy)
+    assert fam.encodes_video and pol.num_frames == frames          # 8 without a config: vlmdata's documented default
+    assert (pol.tile, pol.per_tile, pol.image_token_id) == (INTERNVL_TILE, INTERNVL_PER_TILE, fam.image_token_id)
+    assert fam.video_token_id >= fam.tokenizer.get_vocab_size(with_added_tokens=True)     # no text makes it
+
+
+@pytest.mark.parametrize("config,match", [({"fps": 1.0}, "samples by fps"),
+                                          ({"num_frames": 4}, "image_mean"),       # CLIP's default, not ImageNet's
+                                          ({"num_frames": 4, **IMAGENET, "size": {"height": 112, "width": 112}},
+                                           "tile"),
+                                          ({"num_frames": 4, **IMAGENET, "initial_shift": False}, "initial_shift")])
+def test_a_video_config_it_cannot_lay_out_leaves_videos_unsupported(tmp_path, tiny_folder, caplog, config, match):
+    fam = _family(tmp_path, tiny_folder, config, caplog)
+    assert not fam.encodes_video and fam.vision.video_policy is None and fam.vision.image_token_id is not None
+    assert match in caplog.text and "video_unsupported" in caplog.text

@@ -376,13 +376,49 @@ class ProcessorAdapter(HFBatchAdapter):
         return pixels.to(dtype)
 
 
+def interleave_frames(tiles: torch.Tensor | None, image_tiles: torch.Tensor | None, rows: torch.Tensor,
+                      frames: torch.Tensor, images_before: torch.Tensor, tile: int) -> torch.Tensor:
+    """Image tiles [n, 3, S, S] (`image_tiles` per image) and clips' frame rows [F, 3*S*S] (`frames` per clip)
+    -> [n + F, 3, S, S] in token order: clip j's frames after the tiles of the pack's first `images_before[j]`
+    images, as InternVLProcessor merges video frames into `pixel_values`."""
+    if rows.dim() != 2 or rows.shape[1] != 3 * tile * tile or int(frames.sum()) != rows.shape[0]:
+        raise AdapterError(f"video rows {list(rows.shape)} are not {int(frames.sum())} frames of 3x{tile}x{tile}")
+    counts = image_tiles.to(torch.int64) if image_tiles is not None else torch.zeros(0, dtype=torch.int64)
+    tile_at = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)]).tolist()
+    frame_at = torch.cat([torch.zeros(1, dtype=torch.int64), frames.to(torch.int64).cumsum(0)]).tolist()
+    frame_tiles = rows.reshape(-1, 3, tile, tile)
+    pieces, done = [], 0
+    for j, before in enumerate(images_before.tolist()):
+        if not done <= before < len(tile_at):
+            raise AdapterError(f"clip {j} follows {before} images but the pack's clips and images are not in order")
+        pieces += [tiles[tile_at[done]:tile_at[before]]] if before > done else []
+        pieces.append(frame_tiles[frame_at[j]:frame_at[j + 1]])
+        done = before
+    if tiles is not None and tile_at[done] < len(tiles):
+        pieces.append(tiles[tile_at[done]:])
+    return torch.cat(pieces)
+
+
 class InternVLAdapter(TiledAdapter):
     """InternVL3 / InternVL3.5 (`InternVLForConditionalGeneration`): `pixel_values` [tiles, 3, 448, 448], every
     image's grid row by row then its thumbnail, normalised as GotOcr2ImageProcessor does (ImageNet mean/std);
     no tile counts or image sizes (the model scatters tile features over the `<IMG_CONTEXT>` tokens in order,
-    image_seq_length per tile, and its vision tower attends within a tile, so samples never meet there)."""
+    image_seq_length per tile, and its vision tower attends within a tile, so samples never meet there).
+    A clip's frames are tiles too (`video.internvl_policy`): they join `pixel_values` between the images'
+    tiles in token order (`interleave_frames`), as InternVLProcessor merges them."""
 
     family = ("internvl",)
+
+    def images(self, pack: dict) -> dict:
+        out = super().images(pack)
+        rows = pack.get("pixel_values_videos")
+        if rows is None or not rows.shape[0]:
+            return out
+        tiles = out.get("pixel_values")
+        frames = pack["video_grid"].to(torch.int64).reshape(-1, 3)[:, 0]
+        return {**out, "pixel_values": interleave_frames(tiles, pack.get("image_tiles") if tiles is not None else None,
+                                                         rows, frames, pack["video_images_before"],
+                                                         int(self.spec.policy["tile"]))}
 
 
 class Idefics3Adapter(TiledAdapter):

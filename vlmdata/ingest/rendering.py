@@ -104,7 +104,9 @@ class TokenRenderer:
         tok = Tokenizer.from_str(folder.tokenizer_json)
         policy = VisionSpec.from_dict(identity["vision"]).image_policy() if identity.get("vision") else None
         count = (lambda w, h, n: int(policy.tokens([w], [h], *sample_args(policy, [n]))[0])) if policy else None
-        return cls(lambda ids: tok.decode(ids, skip_special_tokens=False), identity["special"]["image"],
+        video = identity["special"].get("video")
+        names = {video: "<video>"} if video is not None and tok.id_to_token(video) is None else {}  # InternVL's id
+        return cls(lambda ids: tok.decode(ids, skip_special_tokens=False), identity["special"]["image"], names,
                    image_tokens=count)
 
     def _image_marker(self, size: tuple[int, int] | None, images: int) -> str:

@@ -18,8 +18,9 @@ Pack mode (see docs/architecture.md, PackedBatch):
     image_bytes / image_sizes                         instead of pixels when decode is deferred (GPU decode):
                                                       list of uint8 arrays (encoded files), int32 [n, 2] (w, h),
                   image_counts int32 [n]              with images per sample (one per cu_seqlens segment / row)
-    pixel_values_videos / video_grid / second_per_grid_ts   a pack holding clips (loading.video_pack; deferred:
-                                                      video_bytes and the frames each clip sampled)
+    pixel_values_videos / video_grid / second_per_grid_ts / video_images_before   a pack holding clips
+                                                      (loading.video_pack; deferred: video_bytes and the
+                                                      frames each clip sampled)
     sample_keys   list[str];  state dict;  stats dict (metrics.StatsDelta)
 Bucket mode: the same fields padded to [B, L] plus attention_mask, without cu_seqlens.
 
@@ -43,6 +44,8 @@ from vlmdata.loading.shared_pack import PackedBatch, PackWriter
 from vlmdata.loading.video_pack import (
     declare_videos,
     fill_videos,
+    images_before_clips,
+    pack_images_before,
     video_mask,
     video_repeats,
     write_video_expansions,
@@ -62,6 +65,7 @@ class PreparedSample:
     images: list             # decoded (H, W, 3) uint8 arrays, or encoded bytes when deferred
     sizes: list[tuple[int, int]]
     videos: list = field(default_factory=list)    # video.policy.DecodedVideo per clip, in order
+    video_images_before: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))   # images before each
 
 
 @dataclass
@@ -116,14 +120,15 @@ def prepare_sample(key: str, tokens: np.ndarray, images: list, sizes: list[tuple
         n_keep = int((ids == cfg.image_token_id).sum())
         images, sizes = images[:n_keep], sizes[:n_keep]
         videos = videos[:int(video_mask(ids, cfg.video_token_id).sum())]
-    is_img = ids == cfg.image_token_id
+    is_img, is_vid = ids == cfg.image_token_id, video_mask(ids, cfg.video_token_id)
     exp_ids = np.repeat(ids, repeats)
-    labels = np.repeat(np.where((loss > 0) & ~is_img & ~video_mask(ids, cfg.video_token_id), ids, IGNORE), repeats)
+    labels = np.repeat(np.where((loss > 0) & ~is_img & ~is_vid, ids, IGNORE), repeats)
     write_expansions(exp_ids, placeholder_starts(repeats, is_img), sizes, cfg.policy, counts)
-    write_video_expansions(exp_ids, repeats, video_mask(ids, cfg.video_token_id), list(videos))
+    write_video_expansions(exp_ids, repeats, is_vid, list(videos))
     if len(labels):
         labels[0] = IGNORE
-    return PreparedSample(key, exp_ids, labels, list(images), list(sizes), list(videos)), truncated
+    return PreparedSample(key, exp_ids, labels, list(images), list(sizes), list(videos),
+                          images_before_clips(is_img, is_vid)), truncated
 
 
 def placeholder_starts(repeats: np.ndarray, is_img: np.ndarray) -> np.ndarray:
@@ -254,7 +259,8 @@ def collate_pack(samples: list[PreparedSample], cfg: CollateConfig, stats: Stats
     np.subtract(np.arange(total, dtype=np.int64), np.repeat(cu[:-1].astype(np.int64), lengths),
                 out=a["position_ids"])
     a["cu_seqlens"][:] = cu
-    fill_videos(a, [v for s in parts for v in s.videos], [len(s.videos) for s in parts])
+    clips = [v for s in parts for v in s.videos]
+    fill_videos(a, clips, [len(s.videos) for s in parts], pack_images_before(parts))
     if not pixels.fill(a):
         return None
     batch = out.finish({"max_seqlen": int(lengths.max()), "sample_keys": [s.key for s in samples]})
@@ -292,7 +298,8 @@ def collate_bucket(samples: list[PreparedSample], cfg: CollateConfig, stats: Sta
         pos[i, :n] = np.arange(n)
     a["lengths"][:] = lengths
     fill_images(a, parts, cfg)
-    fill_videos(a, [v for s in parts for v in s.videos], [len(s.videos) for s in parts])
+    clips = [v for s in parts for v in s.videos]
+    fill_videos(a, clips, [len(s.videos) for s in parts], pack_images_before(parts))
     batch = out.finish({"max_seqlen": longest, "sample_keys": [s.key for s in samples]})
     stats.samples += len(samples)
     stats.images += sum(len(s.images) for s in samples)

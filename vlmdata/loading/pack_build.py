@@ -35,6 +35,7 @@ from vlmdata.loading.shared_pack import PackedBatch, PackWriter
 from vlmdata.loading.video_pack import (
     declare_videos,
     fill_videos,
+    images_before_clips,
     video_mask,
     video_repeats,
     write_video_expansions,
@@ -107,7 +108,7 @@ def layout_pack(t: PackTokens, cfg: CollateConfig, stats: StatsDelta, pixels, cl
     a["labels"][exp_cu[:-1][exp_lens > 0]] = IGNORE          # each sample's first token predicts nothing
     np.subtract(np.arange(total, dtype=np.int64), np.repeat(exp_cu[:-1], exp_lens), out=a["position_ids"])
     a["cu_seqlens"][:] = exp_cu
-    fill_videos(a, list(clips), t.clip_counts)
+    fill_videos(a, list(clips), t.clip_counts, images_before_clips(is_img, is_vid))
     if not pixels.fill(a):
         return None
     batch = out.finish({"max_seqlen": int(exp_lens.max()), "sample_keys": list(t.keys)})

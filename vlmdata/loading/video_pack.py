@@ -20,6 +20,8 @@ With `defer_decode` (clips are `loading.video_decode.PendingVideo`) the pack hol
     video_frame_counts   int32 [n_videos]                      frames sampled per clip
     video_sizes          int32 [n_videos, 2]                   (width, height) those frames are resized to
     video_counts         int32 [n_samples]                     clips per sample (one per cu_seqlens segment / row)
+    video_images_before  int32 [n_videos]                      images of the pack before each clip, in token
+                                                               order (InternVL interleaves frames with tiles)
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ import numpy as np
 
 from vlmdata.loading.shared_pack import PackWriter
 
-__all__ = ["declare_videos", "fill_videos", "video_mask", "video_repeats", "write_video_expansions"]
+__all__ = ["declare_videos", "fill_videos", "images_before_clips", "pack_images_before", "video_mask", "video_repeats",
+           "write_video_expansions"]
 
 
 def video_mask(ids: np.ndarray, video_token_id: int | None) -> np.ndarray:
@@ -37,6 +40,19 @@ def video_mask(ids: np.ndarray, video_token_id: int | None) -> np.ndarray:
     if video_token_id is None:
         return np.zeros(len(ids), bool)
     return ids == video_token_id
+
+
+def images_before_clips(is_img: np.ndarray, is_vid: np.ndarray) -> np.ndarray:
+    """int64 per clip placeholder: the image placeholders before it (the same stored ids marked both ways)."""
+    return np.cumsum(is_img, dtype=np.int64)[is_vid]
+
+
+def pack_images_before(samples: list) -> np.ndarray:
+    """A pack's `video_images_before` from its samples' own (`PreparedSample.video_images_before`), each offset
+    by the images of the samples before it."""
+    offsets = np.cumsum([0] + [len(s.images) for s in samples[:-1]])
+    parts = [s.video_images_before + off for s, off in zip(samples, offsets) if len(s.videos)]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def video_repeats(videos: list) -> np.ndarray:
@@ -69,6 +85,7 @@ def declare_videos(out: PackWriter, videos: list, counts) -> None:
         return
     out.add("video_grid", np.int32, (len(videos), 3))
     out.add("second_per_grid_ts", np.float32, (len(videos),))
+    out.add("video_images_before", np.int32, (len(videos),))
     if not _deferred(videos):
         out.add("pixel_values_videos", np.uint8, (sum(len(v.rows) for v in videos), videos[0].rows.shape[1]))
         return
@@ -80,10 +97,12 @@ def declare_videos(out: PackWriter, videos: list, counts) -> None:
     out.add("video_counts", np.int32, (len(counts),))
 
 
-def fill_videos(arrays: dict, videos: list, counts) -> None:
-    """Write the clips' rows (or, deferred, their bytes and sampled frames), grids and temporal spans."""
+def fill_videos(arrays: dict, videos: list, counts, images_before: np.ndarray) -> None:
+    """Write the clips' rows (or, deferred, their bytes and sampled frames), grids, temporal spans and places
+    among the pack's images (`images_before`); `counts`: clips per sample."""
     if not videos:
         return
+    arrays["video_images_before"][:] = images_before
     for i, v in enumerate(videos):
         arrays["video_grid"][i] = v.grid
         arrays["second_per_grid_ts"][i] = v.second_per_grid

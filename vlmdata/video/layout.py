@@ -86,3 +86,4 @@ def flatten_video(frames: list[np.ndarray], patch: int, merge: int, temporal_pat
     x = x.reshape(t, temporal_patch, gh // merge, merge, patch, gw // merge, merge, patch, c)
     x = x.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)                       # t, bh, bw, mh, mw, C, tp, py, px
     return np.ascontiguousarray(x).reshape(t * gh * gw, c * temporal_patch * patch * patch)
+

@@ -21,8 +21,7 @@ declared rate transformers reads.
 
 `make_video_policy(dict)` builds a family's policy from its manifest dict by its `kind` (`POLICY_KINDS`:
 this one, `qwen2_vl_video`, Qwen3-VL's `qwen3_vl_video`, `video.qwen3_policy`, and LLaVA-OneVision's
-`llava_onevision_video`, `video.onevision_policy`; InternVL's `internvl_video`, `video.internvl_policy`,
-not yet used by its family).
+`llava_onevision_video`, `video.onevision_policy`; InternVL's `internvl_video`, `video.internvl_policy`).
 
 `VideoPolicy.tokens(...)` is vectorised over numpy arrays (the planner counts from index columns);
 `clip_layout(clip)` says which frames a clip takes and their size and grid from its metadata (a deferred

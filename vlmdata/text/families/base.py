@@ -341,6 +341,17 @@ class ModelFamily:
                 results[i] = self._tokens(enc, rendered[i][1], rendered[i][2], convs[i].n_images, convs[i].n_videos)
         return results
 
+    @property
+    def video_unsupported_reason(self) -> str | None:
+        """Why this folder's videos are not laid out, when the family has a video layout this folder cannot
+        use (a video-settings ConfigError kept by `tile_video.laid_out_or_warn`); None otherwise."""
+        return None if getattr(self, "encodes_video", False) else getattr(self, "_video_reason", None)
+
+    def stored_tokens(self, out: np.ndarray) -> np.ndarray:
+        """The (2, T) ids and loss flags as stored, from the tokenizer's: the same, unless a family's video
+        placeholder is not one token of the tokenizer (InternVL's)."""
+        return out
+
     def _tokens(self, enc, spans, mode: str, n_images: int, n_videos: int = 0) -> np.ndarray | ValueError:
         ids = np.asarray(enc.ids, dtype=np.int32)
         out = np.zeros((2, len(ids)), np.int32)
@@ -348,9 +359,6 @@ class ModelFamily:
         found = int((ids == self.image_token_id).sum())
         if found != n_images:
             return ValueError(f"the rendered text holds {found} image tokens for {n_images} images")
-        video = getattr(self, "video_token_id", None) if getattr(self, "encodes_video", False) else None
-        if video is not None and int((ids == video).sum()) != n_videos:
-            return ValueError(f"the rendered text holds {int((ids == video).sum())} video tokens for {n_videos} videos")
         if mode == "all":
             out[1] = 1
         else:
@@ -367,6 +375,11 @@ class ModelFamily:
                 if nxt < len(ids) and int(ids[nxt]) in self.eot_ids and (enc.token_to_chars(nxt) or (b,))[0] >= b:
                     out[1][nxt] = 1
         out[1][ids == self.image_token_id] = 0
+        video = getattr(self, "video_token_id", None) if getattr(self, "encodes_video", False) else None
         if video is not None:
-            out[1][ids == video] = 0
+            out = self.stored_tokens(out)
+            if int((out[0] == video).sum()) != n_videos:
+                return ValueError(f"the rendered text holds {int((out[0] == video).sum())} video tokens for "
+                                  f"{n_videos} videos")
+            out[1][out[0] == video] = 0
         return out

@@ -19,17 +19,15 @@ the tile, fps sampling) leaves images as they are and skips video rows as `video
 """
 from __future__ import annotations
 
-import logging
 import math
 
 from vlmdata.decode.tiling.llava_onevision import DEFAULT_PINPOINTS
 from vlmdata.errors import ConfigError
 from vlmdata.text.families.base import ModelFamily, VisionSpec
+from vlmdata.text.families.tile_video import laid_out_or_warn, tile_video_settings
 from vlmdata.video.onevision_policy import DEFAULT_NUM_FRAMES, OnevisionVideoPolicy
 
 __all__ = ["LlavaOnevisionFamily"]
-
-log = logging.getLogger(__name__)
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)     # LlavaOnevisionImageProcessor's defaults
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -57,33 +55,13 @@ class LlavaOnevisionFamily(ModelFamily):
     def video_policy(self, tile: int, side: int, patch: int, mean: tuple, std: tuple) -> dict | None:
         """The video policy dict: `num_frames` from the folder's video settings (else DEFAULT_NUM_FRAMES); None,
         with a warning, for settings vlmdata cannot lay out (the images are not affected)."""
-        try:
-            return self._video_policy(tile, side, patch, mean, std)
-        except ConfigError as exc:
-            log.warning("%s; its video rows are skipped as video_unsupported", exc)
-            self._video_reason = str(exc)
-            return None
+        def make() -> dict:
+            num, resample = tile_video_settings(self.folder.path, self.video_config(), tile, mean, std,
+                                                CLIP_MEAN, CLIP_STD)
+            return OnevisionVideoPolicy(num_frames=num or DEFAULT_NUM_FRAMES, tile=tile, side=side, patch=patch,
+                                        resample=resample).to_dict()
 
-    @property
-    def video_unsupported_reason(self) -> str | None:
-        """Why this folder's videos are not laid out (None when they are): the video settings' ConfigError."""
-        return None if self.encodes_video else getattr(self, "_video_reason", None)
-
-    def _video_policy(self, tile: int, side: int, patch: int, mean: tuple, std: tuple) -> dict:
-        vp = self.video_config()
-        if vp.get("fps") and not vp.get("num_frames"):
-            raise ConfigError(f"{self.folder.path}: the video processor samples by fps; vlmdata lays out "
-                              "LLaVA-OneVision videos of num_frames uniform frames (set num_frames)")
-        for key, want, default in (("image_mean", mean, CLIP_MEAN), ("image_std", std, CLIP_STD)):
-            given = vp.get(key, default) if vp else want      # LlavaOnevisionVideoProcessor's defaults: CLIP's
-            if tuple(float(x) for x in given) != tuple(float(x) for x in want):
-                raise ConfigError(f"{self.folder.path}: the video processor's {key} {list(given)} differs from the "
-                                  f"image processor's {list(want)} (vlmdata normalises both alike)")
-        size = vp.get("size") if isinstance(vp.get("size"), dict) else {}
-        if size and int(size.get("height") or tile) != tile:
-            raise ConfigError(f"{self.folder.path}: video frames of {size} are not the {tile} px tile")
-        return OnevisionVideoPolicy(num_frames=int(vp.get("num_frames") or DEFAULT_NUM_FRAMES), tile=tile, side=side,
-                                    patch=patch, resample=int(vp.get("resample", 3))).to_dict()
+        return laid_out_or_warn(make, self)
 
     def document_video_text(self) -> str:
         return self.tokenizer.id_to_token(self.video_token_id)
