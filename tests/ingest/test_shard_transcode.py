@@ -89,6 +89,13 @@ def test_a_transcode_over_its_time_limit_is_a_counted_skip(corpus, tmp_path):
     assert m.num_samples == 2 and "took over" in m.stats["examples"]["transcode_failed"]["detail"]
 
 
+def test_rows_without_a_video_policy_are_probed_not_transcoded(corpus, tmp_path):
+    """vlmdata's own text layout writes no videos: its clips are probed and counted, no transcode is tried."""
+    rows, _ = corpus
+    m = shard(rows, tmp_path / "out", video_transcode=SPEC, max_transcode_seconds=1e-9)
+    assert m.stats["skipped"] == {"video_unsupported": len(GOOD), **{reason: 1 for reason in HOSTILE.values()}}
+
+
 def test_a_resumed_run_keeps_its_first_runs_transcode(corpus, tmp_path):
     rows, _ = corpus
     tok = str(qwen_folder_or_skip())
