@@ -124,3 +124,6 @@ def test_the_command_line_takes_the_option(corpus, tmp_path, capsys):
     assert code == 0
     assert Manifest.load(str(tmp_path / "out")).stats["video_transcode"] == asdict(
         parse_transcode(SPEC, max_seconds=60))
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "out"), "--samples", "0"]) == 0
+    assert f"re-encoded with --video-transcode {SPEC} (H.264" in capsys.readouterr().out
