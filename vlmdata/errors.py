@@ -228,3 +228,4 @@ class Skip:
     VIDEO_TOO_LARGE = "video_too_large"        # frames over the pixel limit (read from the header)
     UNDECODABLE_VIDEO = "undecodable_video"    # frames that do not decode
     MIXED_FRAME_SIZES = "mixed_frame_sizes"    # a frame list whose images differ in size
+    TRANSCODE_FAILED = "transcode_failed"      # a --video-transcode over its time limit, or yielding extra frames

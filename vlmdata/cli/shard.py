@@ -22,6 +22,7 @@ from vlmdata.ingest.shard import ShardConfig, shard_dataset
 from vlmdata.ingest.video import DEFAULT_MAX_VIDEO_BYTES
 from vlmdata.text.families.registry import family_names
 from vlmdata.video.probe import ClipLimits
+from vlmdata.video.transcode import DEFAULT_TRANSCODE_SECONDS
 
 
 def register(subparsers) -> None:
@@ -80,6 +81,14 @@ def register(subparsers) -> None:
                    help=f"skip clips with more frames as video_too_long (default {ClipLimits.max_frames})")
     p.add_argument("--max-probe-seconds", type=float, default=ClipLimits.max_probe_s,
                    help=f"skip a clip whose probe takes longer as bad_video (default {ClipLimits.max_probe_s:g})")
+    p.add_argument("--video-transcode", default=None, metavar="SIDE:FPS",
+                   help="re-encode each clip (H.264 mp4) upright, its longer side at most SIDE pixels, at most FPS "
+                        "frames per second, a keyframe every second, no audio, e.g. 448:2 (see docs/video.md); "
+                        "off (default): keep clips as they are; a resumed run keeps its first run's setting "
+                        "unless one is given")
+    p.add_argument("--max-transcode-seconds", type=float, default=DEFAULT_TRANSCODE_SECONDS,
+                   help=f"skip a clip whose transcode takes longer as transcode_failed (default "
+                        f"{DEFAULT_TRANSCODE_SECONDS:g})")
     p.add_argument("--image-root", default=None,
                    help="directory relative image references resolve against; rows may only read files under it "
                         "(default: each input's own directory)")
@@ -127,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
                       dedup_against=args.dedup_against, max_skip_fraction=args.max_skip_fraction,
                       max_video_bytes=args.max_video_bytes, max_video_seconds=args.max_video_seconds,
                       max_video_pixels=args.max_video_pixels, max_video_frames=args.max_video_frames,
-                      max_probe_seconds=args.max_probe_seconds)
+                      max_probe_seconds=args.max_probe_seconds, video_transcode=args.video_transcode,
+                      max_transcode_seconds=args.max_transcode_seconds)
     interval = max(0.0, args.progress_interval)
 
     def report(manifest, dt: float) -> None:

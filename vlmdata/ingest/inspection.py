@@ -71,6 +71,15 @@ def _column_histograms(root: str, manifest: Manifest, so: dict) -> tuple[int, di
     return total, counts
 
 
+def _transcoded(manifest: Manifest) -> str:
+    """How the clips were re-encoded at shard time ("" when they are stored as they were given)."""
+    t = manifest.stats.get("video_transcode")
+    if not t:
+        return ""
+    return (f"; re-encoded with --video-transcode {t['max_side']}:{t['max_fps']:g} (H.264, a keyframe every "
+            f"{t['keyframe_s']:g} s, CRF {t['crf']})")
+
+
 def _video_lines(root: str, manifest: Manifest, so: dict) -> list[str]:
     """Clip count, total and extreme durations and a duration histogram (only for a dataset holding clips:
     the shard indices are read for their video columns, a few at a time)."""
@@ -91,7 +100,7 @@ def _video_lines(root: str, manifest: Manifest, so: dict) -> list[str]:
     if not clips:
         return []
     lines = [f"\nvideos: {clips} clips in {samples} samples, {total:.1f} s in all (shortest {shortest:.2f} s, "
-             f"longest {longest:.2f} s)", "video duration (seconds)"]
+             f"longest {longest:.2f} s)" + _transcoded(manifest), "video duration (seconds)"]
     return lines + histogram_lines(counts, DURATION_EDGES, "s", continuous=True)
 
 

@@ -146,6 +146,8 @@ class _Sampler:
     def __init__(self, opts: JobOptions, text):
         self.opts = opts
         self.text = text  # a text.encoder (BuiltinEncoder or a ModelFamily)
+        # clips of rows the encoder cannot write (video_unsupported) are probed, never transcoded
+        self.videos = opts.videos if encodes_video(text) else replace(opts.videos, transcode=None)
 
     def build(self, row: Row) -> tuple[str, dict, np.ndarray, list, list[tuple[int, int]], list]:
         if row.error is not None:
@@ -211,7 +213,7 @@ class _Sampler:
             name = "an embedded clip" if not isinstance(ref, str) or is_data_url(ref) else ref
             raise RowProblem(Skip.FILE_TOO_LARGE, f"{name}: larger than --max-video-bytes "
                                                   f"{access.max_bytes}") from None
-        return prepare_video(data, ref, self.opts.videos)
+        return prepare_video(data, ref, self.videos)
 
     def _sidecar(self, sample, root: str) -> str:
         if sample.caption_file is None:

@@ -53,6 +53,12 @@ from vlmdata.keyindex.dedup import IN_RUN, RunDedup
 from vlmdata.text.encoder import load_text_encoder
 from vlmdata.text.model_folder import is_model_folder
 from vlmdata.video.probe import ClipLimits
+from vlmdata.video.transcode import (
+    DEFAULT_TRANSCODE_SECONDS,
+    TRANSCODE_OFF,
+    TranscodeSettings,
+    parse_transcode,
+)
 
 log = logging.getLogger(__name__)
 # the --verify of a run started before the gate followed the decoders, as today's mode: "header" checked headers
@@ -99,12 +105,16 @@ class ShardConfig:
     max_video_pixels: int = ClipLimits.max_frame_pixels          # larger frames: video_too_large (from the header)
     max_video_frames: int = ClipLimits.max_frames                # more frames: video_too_long
     max_probe_seconds: float = ClipLimits.max_probe_s            # a probe taking longer: bad_video
+    video_transcode: str | None = None           # "SIDE:FPS" re-encodes each clip (video.transcode), "off" keeps
+    #                                              clips as they are; None: a resumed run's first setting, else off
+    max_transcode_seconds: float = DEFAULT_TRANSCODE_SECONDS     # a transcode taking longer: transcode_failed
 
     def videos(self) -> VideoOptions:
         """What a clip may be in this run (see ingest.video)."""
         limits = ClipLimits(max_duration_s=float(self.max_video_seconds), max_frame_pixels=int(self.max_video_pixels),
                             max_frames=int(self.max_video_frames), max_probe_s=float(self.max_probe_seconds))
-        return VideoOptions(max_bytes=int(self.max_video_bytes), limits=limits)
+        return VideoOptions(max_bytes=int(self.max_video_bytes), limits=limits,
+                            transcode=parse_transcode(self.video_transcode, self.max_transcode_seconds))
 
     def access(self) -> AccessPolicy:
         """The data-access policy of this run (see ingest.access)."""
@@ -153,6 +163,7 @@ def _check_config(cfg: ShardConfig) -> None:
                         ("--max-probe-seconds", cfg.max_probe_seconds)):
         if not value > 0:
             raise ConfigError(f"{flag} must be > 0, got {value}")
+    parse_transcode(cfg.video_transcode, cfg.max_transcode_seconds)     # ConfigError for a bad spec
     cfg.access().check()
 
 
@@ -212,6 +223,8 @@ def _first_run_settings(cfg: ShardConfig) -> dict | None:
     old = {"access": json.loads(json.dumps(asdict(AccessPolicy()))), "train_on": "assistant", **old}
     if "image_check" not in old:   # stored as "verify" before the gate followed the decoders
         old["image_check"] = LEGACY_VERIFY.get(old.pop("verify", "header"), "?")
+    if "video" in old:             # runs started before --video-transcode kept their clips as they are
+        old["video"] = {"transcode": None, **old["video"]}
     return old
 
 
@@ -221,6 +234,18 @@ def _image_check(cfg: ShardConfig) -> str:
         return cfg.verify
     old = _first_run_settings(cfg) if cfg.resume else None
     return old["image_check"] if old and old["image_check"] in VERIFY_MODES else VERIFY_MODES[0]
+
+
+def _video_transcode(cfg: ShardConfig) -> ShardConfig:
+    """`--video-transcode` as given; not given: the first run's settings when resuming one, else off."""
+    if cfg.video_transcode is not None:
+        return cfg
+    old = _first_run_settings(cfg) if cfg.resume else None
+    first = ((old or {}).get("video") or {}).get("transcode")
+    if not first:
+        return replace(cfg, video_transcode=TRANSCODE_OFF)
+    settings = TranscodeSettings(**first)
+    return replace(cfg, video_transcode=settings.spec, max_transcode_seconds=settings.max_seconds)
 
 
 def _prepare_output(cfg: ShardConfig, fingerprint: dict) -> None:
@@ -233,7 +258,7 @@ def _prepare_output(cfg: ShardConfig, fingerprint: dict) -> None:
     if old is not None:
         fingerprint = json.loads(json.dumps(fingerprint))    # compared as stored (tuples are lists in JSON)
         if old != fingerprint:
-            changed = sorted(k for k in fingerprint if old.get(k) != fingerprint[k])
+            changed = sorted(k for k in {*fingerprint, *old} if old.get(k) != fingerprint.get(k))
             raise ConfigError(f"--resume with different settings than the first run ({', '.join(changed)}); "
                               "use the same options or an empty output")
     _probe_output(cfg.output, so)
@@ -385,13 +410,20 @@ def _video_count(results: list[dict]) -> dict:
     return {"videos": n} if n else {}
 
 
+def _transcode_stats(cfg: ShardConfig) -> dict:
+    """{"video_transcode": its settings} for a run that re-encoded its clips (other runs' stats as before)."""
+    settings = cfg.videos().transcode
+    return {"video_transcode": asdict(settings)} if settings is not None else {}
+
+
 def _build_manifest(cfg: ShardConfig, results: list[dict], tokenizer: dict, extra_stats: dict) -> Manifest:
     so = cfg.storage_options
     results.sort(key=lambda r: r["job"])
     shards = [s for r in results for s in JobStats(**r).shard_infos()]
     skipped, examples = merge_skips(results, tag="job")
     stats = {"input_rows": sum(r["rows"] for r in results), "samples": sum(r["written"] for r in results),
-             "images": sum(r["images"] for r in results), **_video_count(results), "skipped": dict(sorted(skipped.items())),
+             "images": sum(r["images"] for r in results), **_video_count(results), **_transcode_stats(cfg),
+             "skipped": dict(sorted(skipped.items())),
              "skipped_total": sum(skipped.values()), "examples": examples, "jobs": len(results), **extra_stats}
     if cfg.format == "memmap":
         s = cfg.image_size
@@ -462,7 +494,7 @@ def shard_dataset(cfg: ShardConfig, progress: Callable[[int, int], None] | None 
     """
     t0 = time.perf_counter()
     _check_config(cfg)
-    cfg = replace(cfg, verify=_image_check(cfg))
+    cfg = _video_transcode(replace(cfg, verify=_image_check(cfg)))
     text = load_text_encoder(cfg.tokenizer, cfg.train_on, cfg.family)
     tokenizer = text.identity()
     _warn_inexact_storage(cfg, tokenizer)

@@ -11,7 +11,8 @@ is skipped as `video_unsupported`, never trained as text (`reject_unparsed_video
 
 At shard time each clip is read (within `--max-video-bytes`) and probed (`vlmdata.video.probe_clip`,
 bounded by `ClipLimits`): a hostile clip is skipped under the probe's own reason. A clip that probes
-is kept byte for byte (`prepare_video`) with its extension (`clip_extension`) and its `ClipInfo`; a
+is kept byte for byte (`prepare_video`) with its extension (`clip_extension`) and its `ClipInfo`, or,
+with `--video-transcode`, re-encoded to bounds (`vlmdata.video.transcode`) and probed again; a
 `FrameList` is stored as one video by `ingest.frame_list`.
 The sample is written only when the text encoder lays out videos (`encodes_video`, see
 `require_video_policy`); until the model family has a video policy the row is `video_unsupported`,
@@ -25,6 +26,7 @@ from vlmdata.errors import RowProblem, Skip
 from vlmdata.formats.sample import EncodedVideo
 from vlmdata.text.conversation import VIDEO_MARKER
 from vlmdata.video.probe import ClipLimits, probe_clip
+from vlmdata.video.transcode import TranscodeSettings, transcode_clip
 
 __all__ = ["DEFAULT_MAX_VIDEO_BYTES", "VIDEO_MARKER", "FrameList", "VideoOptions", "clip_extension", "encodes_video",
            "prepare_video", "reject_unparsed_video", "reject_video_refs", "require_video_policy", "video_in_row",
@@ -40,10 +42,12 @@ DEFAULT_MAX_VIDEO_BYTES = 1 << 30     # one clip read at shard time (the whole c
 
 @dataclass(frozen=True)
 class VideoOptions:
-    """What a clip may be at shard time: its size in bytes and the probe's limits."""
+    """What a clip may be at shard time: its size in bytes and the probe's limits; with `transcode`, each clip
+    is re-encoded within those settings (`--video-transcode`) instead of kept as it is."""
 
     max_bytes: int = DEFAULT_MAX_VIDEO_BYTES
     limits: ClipLimits = field(default_factory=ClipLimits)
+    transcode: TranscodeSettings | None = None
 
 
 def _empty(value) -> bool:
@@ -192,8 +196,12 @@ def clip_extension(data: bytes, ref=None) -> str:
 
 
 def prepare_video(data: bytes, ref, opts: VideoOptions) -> EncodedVideo:
-    """The clip kept as it is, with its probe (ClipProblem, a counted skip, for a hostile clip)."""
+    """The clip kept as it is, with its probe (ClipProblem, a counted skip, for a hostile clip); with
+    `opts.transcode`, the probed clip re-encoded within those settings, then probed like any kept clip."""
     info = probe_clip(data, opts.limits)
+    if opts.transcode is not None:
+        data = transcode_clip(data, info, opts.transcode)
+        info = probe_clip(data, opts.limits)
     return EncodedVideo(data=data, ext=clip_extension(data, ref), info=info.to_dict())
 
 

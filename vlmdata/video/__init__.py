@@ -1,5 +1,6 @@
-"""Video clips: probing their metadata without decoding, decoding only the frames a sampler chose, and the
-model families' video policies (which frames, their size and tokens)."""
+"""Video clips: probing their metadata without decoding, decoding only the frames a sampler chose, re-encoding
+them to bounds (opt-in at shard time), and the model families' video policies (which frames, their size and
+tokens)."""
 from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
@@ -15,4 +16,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "Qwen3VideoPolicy": "qwen3_policy", "smart_resize_video": "qwen3_policy",
     "TIMESTAMP_PIECES": "timestamps", "patch_timestamps": "timestamps", "stamp_ids": "timestamps",
     "stamp_pieces": "timestamps", "stamp_text": "timestamps", "stamps_length": "timestamps",
+    "TranscodeSettings": "transcode", "parse_transcode": "transcode", "transcode_clip": "transcode",
+    "transcoded_size": "transcode", "DEFAULT_TRANSCODE_SECONDS": "transcode",
+    "TRANSCODE_OFF": "transcode",
 })
