@@ -34,8 +34,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from vlmdata.ingest.frame_list import prepare_frame_list  # noqa: E402
-from vlmdata.ingest.video import FrameList, VideoOptions  # noqa: E402
+from vlmdata.ingest import FrameList, VideoOptions, prepare_frame_list  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
 from vlmdata.testing import ClipSpec, make_clip, write_report  # noqa: E402
 from vlmdata.video import ClipInfo, VideoPolicy, decode_frames  # noqa: E402
