@@ -15,12 +15,14 @@ it is decoded, each is decoded in one of three ways:
 
 The segment ends at the next keyframe unless a wanted frame lies before that keyframe in
 presentation order and after it in decode order (a leading picture of an open group, which
-refers to the group before): then it runs on through that group without a reset. At its end the
+refers to the group before): then it runs on through that group without a reset. The leading
+pictures of the keyframe a segment starts at are not sent (they refer to a group not decoded). At its end the
 decoder is drained and reset (as a seek would). Frame threading is off, so `skip_frame` applies to
 the very packet it is set for. Only the wanted frames are converted to RGB, with one converter per
 clip. Should a wanted frame still not come out (a container whose packet and frame times differ),
 its segment is decoded again from the keyframe before, every packet in full, then from the start,
-so the frames returned are always exactly those a full decode has at those positions. A stored
+so the frames returned are always exactly those a full decode has at those positions (else
+ClipProblem undecodable_video). A stored
 frame list (`vlmdata.video.frame_list`, codec "frames") is read by decoding only its sampled
 image members.
 """
