@@ -2,7 +2,7 @@
 """Sampled-frame video decode: vlmdata's seeking decoder against decoding every frame, in one run.
 
     python tools/bench_video_decode.py [--seconds 30,60,90,120] [--fps 30] [--gop 60] [--sample-fps 2]
-                                       [--size 320x240] [--codec h264|vp9] [--rounds 3] [--out FILE]
+                                       [--size 320x240] [--codec h264|vp9] [--rounds 3] [--site DIR] [--out FILE]
 
 Clips (H.264 in mp4 or VP9 in webm, made once with PyAV and cached under /tmp) of 30-120 s are sampled at
 2 frames per second the way Qwen2-VL's video processor counts them (an even number, taken
@@ -14,13 +14,22 @@ at evenly spaced positions). Compared on the same clips, in rotated order over `
   only the picked ones;
 - `vlmdata`: `vlmdata.video.decode_frames` with the clip's probed metadata (stored at shard time;
   the probe's own cost is reported on its own line);
-- `decord get_batch` (when decord is installed): a `VideoReader` on the bytes, `get_batch(indices)`;
+- `decord get_batch` (when decord is importable, e.g. from `--site DIR`, a `pip install --target`
+  folder): a `VideoReader` on the bytes, `get_batch(indices)`;
 - `DALI cpu` (when DALI is installed and its CPU backend decodes the codec: VP9, not H.264):
   `vlmdata.decode.dali.DaliVideoPipeline`, the defer_decode stage's `fn.decoders.video(frames=...)`, one
   clip per run (the pipeline is built before timing). Its frames are DALI's YUV->RGB, not PyAV's.
 
+Every method's frames are checked equal to `decode-all`'s (decord's are reported, not required equal).
 Reported: sampled frames per CPU-second (process time, the stable figure on a shared machine)
 and per wall second, and each method's ratio to `decode-all`. Target (issue 22): >= 5x.
+
+The cost split, measured on the same clips in the same run, bounds what an exact decoder can reach:
+the share of frames that are references (what the decoder outputs with `skip_frame` "NONREF"), the
+CPU of decoding every frame, of decoding the references only, and of converting every frame to RGB.
+Every reference before a group's last sampled frame must be decoded (vlmdata's decoder outputs just
+those and the sampled frames: its `decoded` count), so the ratio cannot exceed decode-all / (those
+frames at the references' mean decode cost + converting the sampled frames).
 """
 from __future__ import annotations
 
@@ -87,6 +96,49 @@ def dali_cpu_method(codec: str):
     return run
 
 
+def decode_pass(data: bytes, skip: str = "DEFAULT", convert: bool = False) -> int:
+    """Decode every packet of the clip (with `skip_frame` `skip`), converting each frame when `convert`;
+    returns the frames the decoder output."""
+    import av
+
+    out = 0
+    with av.open(io.BytesIO(data)) as c:
+        stream = c.streams.video[0]
+        stream.thread_type = "NONE"
+        stream.codec_context.skip_frame = skip
+        for frame in c.decode(stream):
+            out += 1
+            if convert:
+                frame.to_ndarray(format="rgb24")
+    return out
+
+
+def cost_split(clips: dict, infos: dict, picks: dict) -> list[str]:
+    """The reference share and the decode / convert CPU of every clip, and the bound they set (see above)."""
+    frames = refs = sampled = needed = 0
+    cpu = {"decode": 0.0, "decode refs": 0.0, "decode + convert": 0.0}
+    for s, data in clips.items():
+        frames += infos[s].frames
+        sampled += len(picks[s])
+        stats = {}
+        decode_frames(data, infos[s], picks[s], stats)
+        needed += stats["decoded"]
+        for name, (skip, convert) in {"decode": ("DEFAULT", False), "decode refs": ("NONREF", False),
+                                      "decode + convert": ("DEFAULT", True)}.items():
+            t, _, out = timed(decode_pass, data, skip, convert)
+            cpu[name] += t
+            refs += out if name == "decode refs" else 0
+    convert = cpu["decode + convert"] - cpu["decode"]
+    floor = cpu["decode refs"] * needed / refs + convert * sampled / frames
+    return [f"Cost split ({frames} frames, {sampled} sampled): references {refs / frames:.0%} of the frames; "
+            f"decoding every frame {cpu['decode'] * 1000:.0f} ms CPU, the references only "
+            f"{cpu['decode refs'] * 1000:.0f} ms, converting every frame to RGB {convert * 1000:.0f} ms "
+            f"({convert / cpu['decode + convert']:.0%} of decode-all). Frames an exact decoder must decode "
+            f"(references before each group's last sampled frame, and the sampled ones): {needed} "
+            f"({needed / frames:.0%}). Bound: decode-all / (those at the references' mean cost + converting "
+            f"the sampled frames) = {cpu['decode + convert'] / floor:.2f}x."]
+
+
 def decode_all(data: bytes, indices: list[int], convert_all: bool) -> list[np.ndarray]:
     import av
 
@@ -100,6 +152,19 @@ def decode_all(data: bytes, indices: list[int], convert_all: bool) -> list[np.nd
                 if i in wanted:
                     out[i] = rgb
     return [out[i] for i in indices]
+
+
+def check_frames(methods: dict, clips: dict, infos: dict, picks: dict) -> set[str]:
+    """Run every method once on every clip (untimed: imports, first use) and compare its frames with
+    decode-all's; the names of the methods whose frames differ (vlmdata's must not)."""
+    differs = set()
+    for s, data in clips.items():
+        reference = decode_all(data, picks[s], False)
+        for name, method in methods.items():
+            if not all(np.array_equal(a, b) for a, b in zip(method(data, infos[s], picks[s]), reference)):
+                differs.add(name)
+    assert "vlmdata" not in differs, "vlmdata's frames differ from decode-all's"
+    return differs
 
 
 def rss_mib() -> float:
@@ -144,8 +209,10 @@ def main() -> int:
     ap.add_argument("--codec", default="h264", choices=sorted(CODECS))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rss-clips", type=int, default=2000, help="clips for the memory-drift check (0: skip)")
+    ap.add_argument("--site", action="append", default=[], help="a folder to import baselines from (decord)")
     ap.add_argument("--out")
     args = ap.parse_args()
+    sys.path[1:1] = args.site
     clips = {s: clip(int(s), args) for s in args.seconds.split(",")}
     infos, probe_cpu = {}, 0.0
     for s, data in clips.items():
@@ -163,28 +230,30 @@ def main() -> int:
     dali = dali_cpu_method(args.codec)
     if dali is not None:
         methods["DALI cpu"] = dali
+    picks = {s: sample_indices(i.frames, i.average_fps, args.sample_fps) for s, i in infos.items()}
+    differs = check_frames(methods, clips, infos, picks)
     totals = {m: [0.0, 0.0, 0] for m in methods}
     names = list(methods)
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             for s, data in clips.items():
-                info = infos[s]
-                idx = sample_indices(info.frames, info.average_fps, args.sample_fps)
-                cpu, wall, frames = timed(methods[name], data, info, idx)
+                cpu, wall, frames = timed(methods[name], data, infos[s], picks[s])
                 totals[name][0] += cpu
                 totals[name][1] += wall
                 totals[name][2] += len(frames)
     base = totals["decode-all"][2] / totals["decode-all"][0]
-    sampled = sum(len(sample_indices(i.frames, i.average_fps, args.sample_fps)) for i in infos.values())
+    sampled = sum(len(p) for p in picks.values())
     lines = [f"# Sampled-frame video decode ({args.sample_fps:g} fps sampling)", "",
              f"- machine: {cpu_model()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
              f"Python {platform.python_version()}, PyAV {__import__('av').__version__}",
              f"- clips: {', '.join(f'{s} s' for s in clips)} of {args.size} {args.codec} at {args.fps} fps, a keyframe every "
              f"{args.gop} frames; {sampled} sampled frames per round, {args.rounds} rounds in rotated order",
-             f"- probing all clips (once, at shard time): {probe_cpu * 1000:.0f} ms CPU", "",
+             f"- probing all clips (once, at shard time): {probe_cpu * 1000:.0f} ms CPU",
+             "- frames equal decode-all's: " + ", ".join(f"{m} {'no' if m in differs else 'yes'}" for m in methods), "",
              "| method | frames / CPU-s | frames / s | vs decode-all (CPU) |", "|---|---:|---:|---:|"]
     for name, (cpu, wall, n) in totals.items():
         lines.append(f"| {name} | {n / cpu:,.0f} | {n / wall:,.0f} | {n / cpu / base:.2f}x |")
+    lines += [""] + cost_split(clips, infos, picks)
     if args.rss_clips:
         marks = rss_over_clips(args.rss_clips)
         warm = marks[1][1] if len(marks) > 1 else marks[0][1]     # after the first 10 %: allocator warmed up

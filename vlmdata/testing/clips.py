@@ -32,6 +32,7 @@ class ClipSpec:
     audio: bool = False             # add an AAC audio track (at least 1 s long)
     video: bool = True              # False: audio only
     faststart: bool = False         # mp4/mov: the index (moov) before the frames, as streaming sites serve it
+    encoder_options: tuple[tuple[str, str], ...] = ()   # extra encoder options, e.g. (("bf", "2"),) for mpeg4 B-frames
 
 
 def frame_pixels(i: int, width: int, height: int) -> np.ndarray:
@@ -66,6 +67,13 @@ def _encode_audio(container, stream, seconds: float) -> None:
         container.mux(packet)
 
 
+def _encoder_options(spec: ClipSpec) -> dict[str, str]:
+    """The encoder's options: a keyframe every `gop` frames exactly (x264, x265), then the spec's own."""
+    base = {"libx264": {"g": str(spec.gop), "keyint_min": str(spec.gop)},
+            "libx265": {"x265-params": f"keyint={spec.gop}:min-keyint={spec.gop}:log-level=error"}}
+    return {**base.get(spec.codec, {}), **dict(spec.encoder_options)}
+
+
 def make_clip(spec: ClipSpec = ClipSpec(), seed: int = 0) -> bytes:
     """Encode the clip `spec` describes; returns the container's bytes."""
     if spec.faststart:                      # the muxer rewrites the file to move its index: a real file
@@ -89,7 +97,7 @@ def _encode(target, spec: ClipSpec, seed: int, options: dict) -> None:
             stream = container.add_stream(spec.codec, rate=spec.fps)
             stream.width, stream.height, stream.pix_fmt = spec.width, spec.height, "yuv420p"
             stream.codec_context.gop_size = spec.gop
-            stream.options = {"g": str(spec.gop), "keyint_min": str(spec.gop)} if spec.codec == "libx264" else {}
+            stream.options = _encoder_options(spec)
             if spec.variable_rate:
                 stream.codec_context.time_base = Fraction(1, spec.fps)
             if spec.rotation:
