@@ -47,11 +47,13 @@ def scrub(message: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def loader_formats() -> tuple[str, ...]:
-    """The Pillow format names the loader decodes: every plugin of this Pillow but `EXCLUDED_FORMATS`."""
+    """The Pillow format names the loader decodes: every plugin of this Pillow but `EXCLUDED_FORMATS`, in
+    Pillow's own order (`Image.ID`, the order `Image.open` tries them in, so a file two plugins accept is
+    opened by the same one as in a plain `Image.open`, e.g. in a Hugging Face image processor)."""
     from PIL import Image
 
     Image.init()
-    return tuple(sorted(f for f in Image.OPEN if f not in EXCLUDED_FORMATS))
+    return tuple(f for f in Image.ID if f in Image.OPEN and f not in EXCLUDED_FORMATS)
 
 
 def open_image(data):
