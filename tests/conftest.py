@@ -5,6 +5,7 @@ tests.helpers.paths.REPO.
 """
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 from pathlib import Path
@@ -24,6 +25,19 @@ def small_llava_corpus(tmp_path_factory) -> Path:
 def corrupt_llava_corpus(tmp_path_factory) -> Path:
     """150 LLaVA-style samples with ~15 % corrupt entries (ids in corrupt.json)."""
     return generate_corpus(tmp_path_factory.mktemp("llava_bad"), samples=150, seed=2, corrupt=0.15)
+
+
+@pytest.fixture
+def frozen_heap():
+    """The objects alive before the test kept out of the garbage collector's passes during it (`gc.freeze`).
+
+    Late in the suite the process holds millions of long-lived objects (transformers' modules, earlier tests'
+    caches); every `gc.collect()` walks them (the tuner collects before each measurement) and a forked
+    worker's collections touch, and so copy, all their pages. The test's own objects are collected as usual;
+    the frozen ones go back to the collector afterwards."""
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture

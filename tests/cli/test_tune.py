@@ -9,6 +9,8 @@ from tests.helpers.tune import make_small_dataset
 from vlmdata.cli import main as cli_main
 from vlmdata.cli import parse_size
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")     # the tuner measures in process (see tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def dataset_dir(tmp_path_factory):

@@ -3,7 +3,7 @@ every image (what the processor's "\\n\\n" pieces around `<start_of_image>`/`<en
 and image sizes from 3x2 to 5000x40."""
 from __future__ import annotations
 
-from tests.helpers.models import reference_conversations, write_reference_rows
+from tests.helpers.models import reference_conversations, shard_reference_rows
 
 __all__ = ["CORPUS", "SIZES", "WHITESPACE_CONVERSATIONS", "shard_corpus"]
 
@@ -41,10 +41,5 @@ CORPUS = WHITESPACE_CONVERSATIONS + reference_conversations()
 def shard_corpus(folder, out, conversations=None, sizes=None, max_samples_per_shard: int = 5):
     """The corpus (or `conversations`) as rows with PNG images of `sizes`, sharded with the model folder;
     returns (rows file, [(messages, PIL images)] per row "conv{n}", dataset folder)."""
-    from vlmdata import ShardConfig, shard_dataset
-
-    rows, expected = write_reference_rows(out / "raw", conversations or CORPUS, sizes or SIZES)
-    m = shard_dataset(ShardConfig(inputs=[str(rows)], output=str(out / "ds"), tokenizer=str(folder), workers=0,
-                                  max_samples_per_shard=max_samples_per_shard))
-    assert m.stats["samples"] == len(expected) and m.stats["skipped_total"] == 0
-    return rows, expected, out / "ds"
+    return shard_reference_rows(out, folder, conversations or CORPUS, sizes or SIZES,
+                                max_samples_per_shard=max_samples_per_shard)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from vlmdata.ingest import ShardConfig, shard_dataset
 from vlmdata.testing import (
     ModelFilesUnavailable,
     default_cache,
@@ -207,6 +209,25 @@ def write_reference_rows(out: Path, conversations: list[tuple[list[dict], int]] 
     path = out / "rows.jsonl"
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     return path, expected
+
+
+class ShardedReferenceRows(NamedTuple):
+    """What `shard_reference_rows` made: the rows file, per row (messages, PIL images), the dataset folder."""
+
+    rows: Path
+    expected: list[tuple[list[dict], list[Image.Image]]]
+    dataset: Path
+
+
+def shard_reference_rows(root: Path, folder, conversations: list[tuple[list[dict], int]] | None = None,
+                         sizes: list[tuple[int, int]] | None = None, **config) -> ShardedReferenceRows:
+    """`write_reference_rows` under root/raw, sharded with the model `folder` (its tokenizer and family) into
+    root/ds in process; `config`: further ShardConfig fields. Checks every row became a sample."""
+    rows, expected = write_reference_rows(root / "raw", conversations, sizes)
+    config.setdefault("workers", 0)
+    m = shard_dataset(ShardConfig(inputs=[str(rows)], output=str(root / "ds"), tokenizer=str(folder), **config))
+    assert m.stats["samples"] == len(expected) and m.stats["skipped_total"] == 0, m.stats
+    return ShardedReferenceRows(rows, expected, root / "ds")
 
 
 def samples_of(batch: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:

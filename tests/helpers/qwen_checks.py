@@ -14,10 +14,10 @@ from tests.helpers.models import (
     chatml_assistant_positions,
     reference_conversations,
     samples_of,
-    write_reference_rows,
+    shard_reference_rows,
 )
 from tests.helpers.sizes import log_uniform_sizes
-from vlmdata import ShardConfig, VLMDataset, shard_dataset
+from vlmdata import VLMDataset
 from vlmdata.hf import ModelSpec, make_adapter, take_meta
 from vlmdata.text import Conversation
 from vlmdata.text.families import load_family
@@ -79,11 +79,8 @@ def check_sharded_and_loaded(folder, processor, family: str, tmp_path, pixels=im
     (given each sample's images as one list when `nested`, as apply_chat_template gives them). `render(messages)`:
     the processor's text (default its `apply_chat_template`); `trained(ref ids)`: the positions the template
     trains (default ChatML's)."""
-    rows, expected = write_reference_rows(tmp_path / "raw")
-    m = shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=str(folder), workers=0,
-                                  max_samples_per_shard=4))
-    assert m.stats["samples"] == len(expected) and m.stats["skipped_total"] == 0
-    ds = VLMDataset(str(tmp_path / "ds"), max_tokens=max_tokens, rank=0, world_size=1)
+    rows, expected, data = shard_reference_rows(tmp_path, folder, max_samples_per_shard=4)
+    ds = VLMDataset(str(data), max_tokens=max_tokens, rank=0, world_size=1)
     assert ds.model_family.name == family and ds.pixels == "exact"
     adapter = make_adapter(ModelSpec.from_dataset(ds))
     files = {json.loads(line)["id"]: json.loads(line)["images"] for line in rows.read_text().splitlines()}

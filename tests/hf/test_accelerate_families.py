@@ -20,17 +20,9 @@ from tests.helpers.hf import (
     write_qwen3_folder,
 )
 from tests.helpers.idefics3 import write_tiny_folder
-from tests.helpers.models import write_reference_rows
+from tests.helpers.models import shard_reference_rows
 from tests.helpers.train import make_dataset
-from vlmdata import Manifest, ShardConfig, shard_dataset
-
-
-def _shard_rows(folder, root) -> str:
-    rows, _ = write_reference_rows(root / "raw")
-    out = root / "ds"
-    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(out), tokenizer=str(folder), workers=0,
-                              max_samples_per_shard=4))
-    return str(out)
+from vlmdata import Manifest
 
 
 def _runs(root) -> dict[str, tuple[str, str, int]]:
@@ -51,7 +43,8 @@ def _runs(root) -> dict[str, tuple[str, str, int]]:
             "llava": (byte_data, write_llava_folder(str(root / "llava"), vocab_size=BYTE_VOCAB,
                                                     image_token_id=BYTE_IMAGE, image_size=56), 1024)}
     for family, folder in tiled.items():
-        runs[family] = (_shard_rows(folder, root / f"data-{family}"), str(folder), 4096)
+        data = shard_reference_rows(root / f"data-{family}", folder, max_samples_per_shard=4).dataset
+        runs[family] = (str(data), str(folder), 4096)
     return runs
 
 

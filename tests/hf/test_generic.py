@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from tests.helpers.hf import run_packed, tiny_model
-from tests.helpers.models import samples_of, write_reference_rows
+from tests.helpers.models import samples_of, shard_reference_rows
 from tests.helpers.train import assert_grads_close
-from vlmdata import ShardConfig, VLMDataset, shard_dataset
+from vlmdata import VLMDataset
 from vlmdata.hf import ModelSpec, VLMTrainer, block_causal_mask, flash_kwargs, make_adapter, take_meta
 from vlmdata.testing import llava_next_folder
 
@@ -24,9 +24,8 @@ def sharded(tmp_path_factory):
     """(folder, dataset dir, per row (messages, images)) of the reference corpus sharded with a tiny LLaVA-NeXT."""
     folder = llava_next_folder(tmp_path_factory.mktemp("llava_next_tiny"), side=56)
     tmp = tmp_path_factory.mktemp("data")
-    rows, expected = write_reference_rows(tmp / "raw")
-    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp / "ds"), tokenizer=str(folder), workers=0))
-    return folder, str(tmp / "ds"), expected
+    _, expected, data = shard_reference_rows(tmp, folder)
+    return folder, str(data), expected
 
 
 @pytest.fixture(scope="module")

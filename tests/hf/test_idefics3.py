@@ -81,14 +81,13 @@ def test_packed_equals_sum_of_samples(tiny, attn):
 def test_vlm_trainer_trains_it(tiny, tmp_path):
     from transformers import TrainingArguments
 
-    from tests.helpers.models import write_reference_rows
-    from vlmdata import ShardConfig, VLMDataset, shard_dataset
+    from tests.helpers.models import shard_reference_rows
+    from vlmdata import VLMDataset
     from vlmdata.hf import VLMTrainer
 
     family, folder, spec, _ = tiny
-    rows, _ = write_reference_rows(tmp_path / "raw")
-    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=folder, workers=0))
-    ds = VLMDataset(str(tmp_path / "ds"), max_tokens=1024, rank=0, world_size=1)
+    _, _, data = shard_reference_rows(tmp_path, folder)
+    ds = VLMDataset(str(data), max_tokens=1024, rank=0, world_size=1)
     assert ds.model_family.name == family
     args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=4, per_device_train_batch_size=1,
                              learning_rate=1e-3, lr_scheduler_type="constant", logging_steps=1, save_strategy="no",

@@ -18,8 +18,8 @@ from tests.helpers.hf import (
     tiny_model,
     write_internvl_folder,
 )
-from tests.helpers.models import write_reference_rows
-from vlmdata import ShardConfig, VLMDataset, shard_dataset
+from tests.helpers.models import shard_reference_rows
+from vlmdata import VLMDataset
 from vlmdata.errors import AdapterError
 from vlmdata.hf import InternVLAdapter, ModelSpec, VLMTrainer, make_adapter, take_meta
 
@@ -74,10 +74,8 @@ def test_tiles_of_another_size_are_refused(internvl):
 def sharded(internvl, tmp_path_factory):
     """The hostile reference corpus sharded with the tiny model's folder: (dataset root, samples)."""
     tmp = tmp_path_factory.mktemp("internvl-data")
-    rows, expected = write_reference_rows(tmp / "raw")
-    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp / "ds"), tokenizer=internvl[0], workers=0,
-                              max_samples_per_shard=4))
-    return str(tmp / "ds"), len(expected)
+    _, expected, data = shard_reference_rows(tmp, internvl[0], max_samples_per_shard=4)
+    return str(data), len(expected)
 
 
 def test_a_corpus_sharded_with_the_folder_trains_through_vlmtrainer(internvl, sharded, tmp_path):

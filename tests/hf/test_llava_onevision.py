@@ -102,14 +102,13 @@ def test_vlm_trainer_trains_a_sharded_corpus(onevision, tmp_path):
     vision tower and the newline embedding get gradients, the loss goes down over the steps."""
     from transformers import TrainingArguments
 
-    from tests.helpers.models import write_reference_rows
-    from vlmdata import ShardConfig, VLMDataset, shard_dataset
+    from tests.helpers.models import shard_reference_rows
+    from vlmdata import VLMDataset
     from vlmdata.hf import VLMTrainer
 
     folder, spec, _ = onevision
-    rows, expected = write_reference_rows(tmp_path / "raw")
-    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=folder, workers=0))
-    ds = VLMDataset(str(tmp_path / "ds"), max_tokens=4096, rank=0, world_size=1)
+    _, expected, data = shard_reference_rows(tmp_path, folder)
+    ds = VLMDataset(str(data), max_tokens=4096, rank=0, world_size=1)
     assert ModelSpec.from_dataset(ds).image_policy() == spec.image_policy()
     model = tiny_model(folder).train()
     args = TrainingArguments(output_dir=str(tmp_path / "out"), num_train_epochs=4, per_device_train_batch_size=1,

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from tests.helpers.hf import tiny_model, write_qwen_folder
-from tests.helpers.models import QWEN_TEST_PIXELS, qwen_folder_or_skip, qwen_processor, write_reference_rows
-from vlmdata import ShardConfig, VLMDataset, make_loader, shard_dataset
+from tests.helpers.models import QWEN_TEST_PIXELS, qwen_folder_or_skip, qwen_processor, shard_reference_rows
+from vlmdata import VLMDataset, make_loader
 from vlmdata.errors import ConfigError
 from vlmdata.hf import ModelSpec, make_adapter, take_meta
 
@@ -18,12 +18,10 @@ from vlmdata.hf import ModelSpec, make_adapter, take_meta
 def sharded(tmp_path_factory):
     tokenizer = qwen_folder_or_skip(**QWEN_TEST_PIXELS)
     tmp = tmp_path_factory.mktemp("native")
-    rows, expected = write_reference_rows(tmp / "raw")
-    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp / "ds"), tokenizer=str(tokenizer), workers=0,
-                              max_samples_per_shard=4))
+    _, expected, data = shard_reference_rows(tmp, tokenizer, max_samples_per_shard=4)
     model_dir = write_qwen_folder(str(tmp / "model"), qwen_processor(tokenizer),
                                   pixels=(QWEN_TEST_PIXELS["min_pixels"], QWEN_TEST_PIXELS["max_pixels"]))
-    return str(tmp / "ds"), model_dir, len(expected)
+    return str(data), model_dir, len(expected)
 
 
 def test_spec_from_the_dataset_equals_the_model_folders(sharded):

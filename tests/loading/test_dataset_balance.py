@@ -75,16 +75,14 @@ def test_balancing_a_qwen2_vl_dataset_keeps_its_patch_budget_and_exactly_once(tm
     """A dynamic-resolution family packs under a vision-patch budget: the step deal keeps to it too."""
     from torch.utils.data import DataLoader
 
-    from tests.helpers.models import QWEN_TEST_PIXELS, qwen_folder_or_skip, write_reference_rows
-    from vlmdata import ShardConfig, VLMDataset, shard_dataset
+    from tests.helpers.models import QWEN_TEST_PIXELS, qwen_folder_or_skip, shard_reference_rows
+    from vlmdata import VLMDataset
 
     folder = qwen_folder_or_skip(**QWEN_TEST_PIXELS)
-    rows, expected = write_reference_rows(tmp_path / "raw")
-    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=str(folder), workers=0,
-                              max_samples_per_shard=3))
+    _, expected, data = shard_reference_rows(tmp_path, folder, max_samples_per_shard=3)
     keys, budget = [], None
     for rank in (0, 1):
-        ds = VLMDataset(str(tmp_path / "ds"), max_tokens=1024, rank=rank, world_size=2,
+        ds = VLMDataset(str(data), max_tokens=1024, rank=rank, world_size=2,
                         options=DatasetOptions(window_shards=2, balance="compute"))
         budget = ds.plan_options.max_patches
         merge = ds.policy.merge

@@ -160,13 +160,11 @@ def test_patch_budget_drops_and_counts_samples_over_it():
 
 
 def test_a_qwen2_vl_dataset_defaults_to_a_patch_budget(tmp_path):
-    from tests.helpers.models import QWEN_TEST_PIXELS, qwen_folder_or_skip, write_reference_rows
-    from vlmdata import ShardConfig, shard_dataset
+    from tests.helpers.models import QWEN_TEST_PIXELS, qwen_folder_or_skip, shard_reference_rows
 
     folder = qwen_folder_or_skip(**QWEN_TEST_PIXELS)
-    rows, expected = write_reference_rows(tmp_path / "raw")
-    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=str(folder), workers=0))
-    ds = VLMDataset(str(tmp_path / "ds"), max_tokens=1024, rank=0, world_size=1)
+    _, expected, data = shard_reference_rows(tmp_path, folder)
+    ds = VLMDataset(str(data), max_tokens=1024, rank=0, world_size=1)
     assert ds.model_family.name == "qwen2_vl" and isinstance(ds.policy, DynamicPolicy)
     assert (ds.plan_options.max_images, ds.plan_options.max_patches) == (None, 1024 * 4)
     keys = [k for b in DataLoader(ds, batch_size=None) for k in b["sample_keys"]]

@@ -14,10 +14,10 @@ import sys
 import pytest
 import torch
 
-from tests.helpers.models import write_reference_rows
+from tests.helpers.models import shard_reference_rows
 from tests.helpers.paths import REPO
 from tests.helpers.train import text_only_step
-from vlmdata import ShardConfig, VLMDataset, shard_dataset
+from vlmdata import VLMDataset
 from vlmdata.testing import llava_next_folder
 from vlmdata_pipelines.hf_model import HFModelConfig, HFPackedModel
 from vlmdata_pipelines.train import image_count
@@ -29,10 +29,9 @@ def data(tmp_path_factory):
     image processor normalises with mean/std 0.5 (not CLIP's)."""
     root = tmp_path_factory.mktemp("generic")
     folder = str(llava_next_folder(root / "model", side=56, image_mean=[0.5] * 3, image_std=[0.5] * 3))
-    rows, expected = write_reference_rows(root / "raw")
-    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(root / "ds"), tokenizer=folder, workers=0))
+    _, expected, dataset = shard_reference_rows(root, folder)
     images = {f"conv{n}": len(ims) for n, (_, ims) in enumerate(expected)}
-    return folder, str(root / "ds"), images
+    return folder, str(dataset), images
 
 
 def test_the_probe_pack_is_the_processors_image(data):

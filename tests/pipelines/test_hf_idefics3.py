@@ -27,13 +27,11 @@ def test_packs_without_images_keep_every_parameter_in_the_graph(folder):
 
 
 def test_train_idefics3_from_the_command_line(folder, tmp_path):
-    from tests.helpers.models import write_reference_rows
-    from vlmdata import ShardConfig, shard_dataset
+    from tests.helpers.models import shard_reference_rows
 
-    rows, _ = write_reference_rows(tmp_path / "raw")
-    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=folder, workers=0))
+    _, _, data = shard_reference_rows(tmp_path, folder)
     out = tmp_path / "out"
-    assert main(["--data", str(tmp_path / "ds"), "--model", f"hf:{folder}", "--steps", "6", "--max-tokens", "1024",
+    assert main(["--data", str(data), "--model", f"hf:{folder}", "--steps", "6", "--max-tokens", "1024",
                  "--num-workers", "1", "--lr", "3e-3", "--out", str(out)]) == 0
     result = json.load(open(out / "result.rank0.json"))
     losses = result["losses"]

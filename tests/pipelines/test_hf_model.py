@@ -84,14 +84,12 @@ def test_a_tiled_family_llava_onevision(tmp_path):
 def test_train_llava_onevision_from_the_command_line(tmp_path):
     """A corpus sharded with the tiny LLaVA-OneVision's folder (lone and multi-image samples) trains with
     `--model hf:DIR`: finite losses over the steps, images seen."""
-    from tests.helpers.models import write_reference_rows
-    from vlmdata import ShardConfig, shard_dataset
+    from tests.helpers.models import shard_reference_rows
 
     folder = write_onevision_folder(str(tmp_path / "model"))
-    rows, _ = write_reference_rows(tmp_path / "raw")
-    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=folder, workers=0))
+    _, _, data = shard_reference_rows(tmp_path, folder)
     out = tmp_path / "out"
-    assert main(["--data", str(tmp_path / "ds"), "--model", f"hf:{folder}", "--steps", "6", "--max-tokens", "2048",
+    assert main(["--data", str(data), "--model", f"hf:{folder}", "--steps", "6", "--max-tokens", "2048",
                  "--num-workers", "1", "--lr", "3e-3", "--out", str(out)]) == 0
     result = json.load(open(out / "result.rank0.json"))
     assert result["steps"] == list(range(6)) and result["images"] > 0

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.helpers.models import samples_of, write_reference_rows
+from tests.helpers.models import samples_of, shard_reference_rows
 from tests.helpers.sizes import log_uniform_sizes
-from vlmdata import ShardConfig, VLMDataset, shard_dataset
+from vlmdata import VLMDataset
 from vlmdata.decode import make_policy
 from vlmdata.errors import ConfigError
 from vlmdata.hf import ModelSpec, make_adapter, take_meta
@@ -63,11 +63,8 @@ def test_generic_is_tried_last_and_a_contradicting_family_is_refused(llava_next,
 def test_sharded_and_loaded_ids_labels_and_pixels_equal_the_processor(model, request, tmp_path):
     folder = request.getfixturevalue(model)
     proc = _processor(folder)
-    rows, expected = write_reference_rows(tmp_path / "raw")
-    m = shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=str(folder), workers=0,
-                                  max_samples_per_shard=4))
-    assert m.stats["samples"] == len(expected) and m.stats["skipped_total"] == 0
-    ds = VLMDataset(str(tmp_path / "ds"), max_tokens=1 << 16, rank=0, world_size=1)
+    rows, expected, data = shard_reference_rows(tmp_path, folder, max_samples_per_shard=4)
+    ds = VLMDataset(str(data), max_tokens=1 << 16, rank=0, world_size=1)
     assert ds.model_family.name == "generic" and ds.pixels == "exact"
     adapter = make_adapter(ModelSpec.from_dataset(ds))
     files = {json.loads(line)["id"]: json.loads(line)["images"] for line in rows.read_text().splitlines()}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.models import llava_processor, samples_of, write_reference_rows
-from vlmdata import ShardConfig, VLMDataset, shard_dataset
+from tests.helpers.models import llava_processor, samples_of, shard_reference_rows
+from vlmdata import VLMDataset
 from vlmdata.errors import ConfigError
 from vlmdata.testing import llava_folder
 from vlmdata.text.families import load_family
@@ -26,10 +26,9 @@ def test_family_and_policy(llava):
 
 
 def test_sharded_and_loaded_ids_and_mask_equal_the_hf_processor(llava, tmp_path):
-    rows, expected = write_reference_rows(tmp_path / "raw")
-    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=str(llava), workers=0))
+    _, expected, data = shard_reference_rows(tmp_path, llava)
     got = {}
-    for batch in VLMDataset(str(tmp_path / "ds"), max_tokens=1 << 16, max_images=64):
+    for batch in VLMDataset(str(data), max_tokens=1 << 16, max_images=64):
         got.update(samples_of(batch))
     proc = llava_processor(llava)
     for n, (messages, images) in enumerate(expected):
@@ -63,11 +62,10 @@ def test_loaded_pixels_equal_the_clip_processor_resize_and_crop(llava, tmp_path)
     from tests.helpers.exact_pixels import hf_pixels, max_diff
     from vlmdata.hf import ModelSpec, make_adapter, take_meta
 
-    rows, _ = write_reference_rows(tmp_path / "raw")
-    shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=str(llava), workers=0))
+    rows, _, data = shard_reference_rows(tmp_path, llava)
     files = {json.loads(line)["id"]: json.loads(line)["images"] for line in rows.read_text().splitlines()}
     image_processor = llava_processor(llava).image_processor
-    ds = VLMDataset(str(tmp_path / "ds"), max_tokens=1 << 16, max_images=64, rank=0, world_size=1)
+    ds = VLMDataset(str(data), max_tokens=1 << 16, max_images=64, rank=0, world_size=1)
     adapter = make_adapter(ModelSpec.from_dataset(ds))
     compared = 0
     for pack in ds:

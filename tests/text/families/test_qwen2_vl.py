@@ -13,9 +13,9 @@ from tests.helpers.models import (
     qwen_processor,
     reference_conversations,
     samples_of,
-    write_reference_rows,
+    shard_reference_rows,
 )
-from vlmdata import ShardConfig, VLMDataset, shard_dataset
+from vlmdata import VLMDataset
 from vlmdata.text import Conversation
 from vlmdata.text.families import load_family
 
@@ -59,11 +59,8 @@ def test_image_tokens_follow_smart_resize(qwen, processor):
 
 
 def test_sharded_and_loaded_ids_equal_the_hf_processor(qwen, processor, tmp_path):
-    rows, expected = write_reference_rows(tmp_path / "raw")
-    m = shard_dataset(ShardConfig(inputs=[str(rows)], output=str(tmp_path / "ds"), tokenizer=str(qwen), workers=0,
-                                  max_samples_per_shard=4))
-    assert m.stats["samples"] == len(expected) and m.stats["skipped_total"] == 0
-    ds = VLMDataset(str(tmp_path / "ds"), max_tokens=1 << 16, max_images=64)
+    _, expected, data = shard_reference_rows(tmp_path, qwen, max_samples_per_shard=4)
+    ds = VLMDataset(str(data), max_tokens=1 << 16, max_images=64)
     assert ds.model_family.name == "qwen2_vl" and ds.policy.max_pixels == QWEN_TEST_PIXELS["max_pixels"]
     got = {}
     for batch in ds:
