@@ -90,5 +90,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def close_process_group() -> None:
+    """Destroy the process group `TrainingArguments` started, if any: left to interpreter exit, gloo's threads
+    can abort a rank after training ("terminate called without an active exception")."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    finally:
+        close_process_group()
+    sys.exit(code)

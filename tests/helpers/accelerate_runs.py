@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from vlmdata_pipelines.hf_trainer import main
+from vlmdata_pipelines.hf_trainer import close_process_group, main
 
 
 def run_plan(path: str) -> int:
@@ -21,4 +21,8 @@ def run_plan(path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_plan(sys.argv[1]))
+    try:
+        code = run_plan(sys.argv[1])
+    finally:
+        close_process_group()
+    sys.exit(code)
