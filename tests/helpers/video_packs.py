@@ -121,3 +121,26 @@ def assert_bucket_positions_are_packed(spec, pack: dict, root: str) -> int:
             assert torch.equal(host["position_ids"][:, i, :n], packed[key]), key
             rows += 1
     return rows
+
+
+def assert_trainer_trains_tower(model, ds_path: str, out, samples: int, tower: str = "model.vision_tower") -> None:
+    """VLMTrainer for 2 epochs on a sharded dataset: finite losses, the vision tower's weights change, and
+    every one of the dataset's `samples` is trained once per epoch."""
+    import numpy as np
+    from transformers import TrainingArguments
+
+    from vlmdata import VLMDataset
+    from vlmdata.hf import ModelSpec, VLMTrainer
+
+    ds = VLMDataset(ds_path, max_tokens=4096, rank=0, world_size=1)
+    model = model.train()
+    args = TrainingArguments(output_dir=str(out), num_train_epochs=2, per_device_train_batch_size=1,
+                             learning_rate=1e-3, lr_scheduler_type="constant", logging_steps=1, save_strategy="no",
+                             report_to=[], use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
+    trainer = VLMTrainer(model=model, args=args, train_dataset=ds, spec=ModelSpec.from_dataset(ds))
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if n.startswith(tower)}
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 2 and all(np.isfinite(losses))
+    assert before and any(not torch.equal(p, before[n]) for n, p in model.named_parameters() if n in before)
+    assert trainer.loader_stats.samples == 2 * samples

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
 from PIL import Image
 
 from tests.helpers.hf import ONEVISION_TILE, tiny_model, write_onevision_folder
-from tests.helpers.video_packs import adapter_inputs, assert_packed_equals_alone
+from tests.helpers.video_packs import adapter_inputs, assert_packed_equals_alone, assert_trainer_trains_tower
 from tests.video.qwen_video_corpus import (
     assert_bucket_rows_are_fast_pack_samples,
     assert_planned_lengths_are_built,
@@ -119,20 +118,5 @@ def test_packed_loss_and_gradients_equal_each_sample_alone(packed):
 
 def test_vlm_trainer_trains_on_the_video_packs(packed, tmp_path):
     """VLMTrainer on the sharded clips and images: finite losses, the vision tower trains, every sample once per epoch."""
-    from transformers import TrainingArguments
-
-    from vlmdata.hf import VLMTrainer
-
     folder, _, _, ds_path = packed
-    ds = VLMDataset(ds_path, max_tokens=4096, rank=0, world_size=1)
-    model = tiny_model(folder).train()
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), num_train_epochs=2, per_device_train_batch_size=1,
-                             learning_rate=1e-3, lr_scheduler_type="constant", logging_steps=1, save_strategy="no",
-                             report_to=[], use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
-    trainer = VLMTrainer(model=model, args=args, train_dataset=ds, spec=ModelSpec.from_dataset(ds))
-    before = {n: p.detach().clone() for n, p in model.named_parameters() if n.startswith("model.vision_tower")}
-    trainer.train()
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    assert len(losses) == 2 and all(np.isfinite(losses))
-    assert any(not torch.equal(p, before[n]) for n, p in model.named_parameters() if n in before)
-    assert trainer.loader_stats.samples == 2 * 4
+    assert_trainer_trains_tower(tiny_model(folder), ds_path, tmp_path / "out", samples=4)
