@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vlmdata.decode.probe import EXCLUDED_FORMATS, loader_formats, open_image
+from vlmdata.decode import EXCLUDED_FORMATS, loader_formats, open_image
 
 Image.init()
 SAVED = [f for f in ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP", "PPM", "ICO", "TGA", "PCX", "SGI", "IM", "DDS", "QOI")

@@ -11,7 +11,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "flatten_patches": "patches", "pack_patches": "patches", "unflatten_patches": "patches",
     "PillowDecoder": "pillow",
     "clean_structure": "structure",
-    "loader_formats": "probe", "open_image": "probe", "probe_decode": "probe", "scrub": "probe",
+    "EXCLUDED_FORMATS": "probe", "loader_formats": "probe", "open_image": "probe", "probe_decode": "probe", "scrub": "probe",
     "DynamicPolicy": "policy", "FixedPolicy": "policy", "ImagePolicy": "policy", "make_policy": "policy",
     "TiledPolicy": "tiled", "is_tiled": "tiled", "register_kind": "tiled", "sample_args": "tiled",
     "TurboDecoder": "turbo", "scale_for": "turbo",
