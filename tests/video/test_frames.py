@@ -179,12 +179,14 @@ def test_a_wanted_frame_that_does_not_come_out_is_decoded_again_in_full(monkeypa
 @pytest.mark.parametrize("spec", SPECS, ids=spec_id)
 def test_a_decode_window_decodes_as_the_whole_probe(spec):
     """`decode_window(info, indices)`, what a deferred pack ships, gives decode_frames the same frames and the
-    same work (frames decoded, packets sent, seeks, retries) as the whole probe."""
+    same work (frames decoded, packets sent, seeks, retries) as the whole probe, leading pictures of open
+    groups included."""
     data = made(spec)
     info = probe_clip(data)
     rng = np.random.default_rng(spec.frames)
+    leading = [info.frame_pts.tolist().index(p - info.start_pts) for p in leading_pictures(data)]
     picks = [[0], [spec.frames - 1], rng.choice(spec.frames, 9).tolist(), list(range(1, spec.frames, 15)),
-             [int(k) - 1 for k in info.keyframes[1:]]]
+             [int(k) - 1 for k in info.keyframes[1:]]] + ([leading[:1], leading] if leading else [])
     for indices in picks:
         window = decode_window(info, indices)
         assert window.pts_frames is not None and len(window.frame_pts) <= info.frames

@@ -22,7 +22,8 @@ the very packet it is set for. Only the wanted frames are converted to RGB, with
 clip. Should a wanted frame still not come out (a container whose packet and frame times differ),
 its segment is decoded again from the keyframe before, every packet in full, then from the start,
 so the frames returned are always exactly those a full decode has at those positions (else
-ClipProblem undecodable_video). A stored
+ClipProblem undecodable_video). `decode_window(info, indices)` is the part of `info` that decoding
+`indices` looks up, what a deferred pack ships instead of every frame's time. A stored
 frame list (`vlmdata.video.frame_list`, codec "frames") is read by decoding only its sampled
 image members.
 """
@@ -154,7 +155,8 @@ def decode_window(info: ClipInfo, indices) -> ClipInfo:
 class _Positions:
     """The frame position of a packet's or a frame's pts: its index where the info holds its time; in a decode
     window, for another time between held frames a and b, a + 0.5 (it compares as the frame there does with
-    every keyframe and sampled frame the window holds); None for no time, or one before frame 0."""
+    every keyframe and sampled frame the window holds); None for no time, or one before frame 0. (Every
+    packet's time is a probed frame's: the probe demuxed them all.)"""
 
     def __init__(self, info: ClipInfo):
         self.exact = info.frame_by_pts()
