@@ -112,6 +112,24 @@ def test_a_resumed_run_keeps_its_first_runs_transcode(corpus, tmp_path):
             shard(rows, out, tokenizer=tok, resume=True, max_samples_per_shard=2, video_transcode=other)
 
 
+def test_a_resumed_run_keeps_its_first_runs_time_limit_and_refuses_another(corpus, tmp_path):
+    """The limit decides which clips are transcode_failed: a resume without it keeps the first run's, one with
+    another is refused (with or without --video-transcode), one with the same one runs."""
+    rows, _ = corpus
+    tok = str(qwen_folder_or_skip())
+    out = tmp_path / "out"
+    first = shard(rows, out, tokenizer=tok, video_transcode=SPEC, max_transcode_seconds=60, max_samples_per_shard=2)
+    last = out / "_jobs" / f"job-{first.stats['jobs'] - 1:06d}.json"
+    for given in ({}, {"video_transcode": SPEC}):
+        with pytest.raises(ConfigError, match="--max-transcode-seconds 1e-09, but the first run used 60"):
+            shard(rows, out, tokenizer=tok, resume=True, max_samples_per_shard=2, max_transcode_seconds=1e-9, **given)
+    for given in ({}, {"max_transcode_seconds": 60}, {"video_transcode": SPEC}):
+        last.unlink()
+        again = shard(rows, out, tokenizer=tok, resume=True, max_samples_per_shard=2, **given)
+        assert again.stats["video_transcode"] == first.stats["video_transcode"]
+        assert again.stats["skipped"] == first.stats["skipped"]
+
+
 def test_the_command_line_takes_the_option(corpus, tmp_path, capsys):
     from vlmdata.cli import main
 

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pytest
 
 from vlmdata.testing import ClipSpec, make_clip
-from vlmdata.video import decode_frames, probe_clip
+from vlmdata.video import ClipInfo, decode_frames, decode_window, probe_clip
 
 av = pytest.importorskip("av")
 
@@ -167,7 +168,56 @@ def test_a_wanted_frame_that_does_not_come_out_is_decoded_again_in_full(monkeypa
         kept = {f.pts - info.start_pts for f in c.decode(video=0)}
     unreferenced = [i for i, p in enumerate(info.frame_pts.tolist()) if p not in kept]
     indices = [min(i for i in unreferenced if i >= g) for g in (0, 30, 60)]   # one in each group
-    stats = {}
+    stats, windowed = {}, {}
     got = decode_frames(data, info, indices, stats)
     assert all(np.array_equal(g, reference[i]) for g, i in zip(got, indices))
     assert stats["retries"] == len(indices)      # each was lost by the first pass and decoded again
+    got = decode_frames(data, decode_window(info, indices), indices, windowed)
+    assert all(np.array_equal(g, reference[i]) for g, i in zip(got, indices)) and windowed == stats
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=spec_id)
+def test_a_decode_window_decodes_as_the_whole_probe(spec):
+    """`decode_window(info, indices)`, what a deferred pack ships, gives decode_frames the same frames and the
+    same work (frames decoded, packets sent, seeks, retries) as the whole probe, leading pictures of open
+    groups included."""
+    data = made(spec)
+    info = probe_clip(data)
+    rng = np.random.default_rng(spec.frames)
+    leading = [info.frame_pts.tolist().index(p - info.start_pts) for p in leading_pictures(data)]
+    picks = [[0], [spec.frames - 1], rng.choice(spec.frames, 9).tolist(), list(range(1, spec.frames, 15)),
+             [int(k) - 1 for k in info.keyframes[1:]]] + ([leading[:1], leading] if leading else [])
+    for indices in picks:
+        window = decode_window(info, indices)
+        assert window.pts_frames is not None and len(window.frame_pts) <= info.frames
+        whole, windowed = {}, {}
+        expected = decode_frames(data, info, indices, whole)
+        got = decode_frames(data, ClipInfo.from_dict(json.loads(json.dumps(window.to_dict()))), indices, windowed)
+        assert all(np.array_equal(g, e) for g, e in zip(got, expected)), (spec, indices)
+        assert windowed == whole
+
+
+def test_the_decode_window_of_a_long_clip_is_bounded_by_the_sampled_frames():
+    """A 1200-frame clip sampled at a few frames ships the times of those and a few keyframes around each, not of
+    every frame;
+    deferred packs carry it (`defer_videos`), and its frames decode as from the whole probe."""
+    import vlmdata.formats.sample as stored  # SampleRecord: what the loader reads (not public)
+    from vlmdata.formats import StoredVideo
+    from vlmdata.loading import defer_videos
+    from vlmdata.metrics import StatsDelta
+    from vlmdata.video import VideoPolicy
+
+    spec = ClipSpec(width=32, height=32, frames=1200, fps=30, gop=12)
+    data = make_clip(spec)
+    info = probe_clip(data)
+    policy = VideoPolicy(fps=0.2, max_frames=8)
+    record = stored.SampleRecord("k", np.zeros((2, 1), np.int32), [], [], videos=[StoredVideo(data, info.to_dict())])
+    ((pending,),) = defer_videos([record], policy, StatsDelta())
+    indices = pending.layout.indices
+    assert 2 <= len(indices) <= 8
+    shipped = ClipInfo.from_dict(pending.info)
+    assert len(shipped.frame_pts) <= 1 + len(indices) * 7       # frame 0; each frame and six keyframes around it
+    assert len(shipped.keyframes) <= len(indices) * 6 < len(info.keyframes)
+    assert len(json.dumps(pending.info)) * 5 < len(json.dumps(info.to_dict()))
+    assert all(np.array_equal(g, e) for g, e in zip(decode_frames(data, shipped, indices),
+                                                     decode_frames(data, info, indices)))

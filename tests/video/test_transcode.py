@@ -107,3 +107,21 @@ def test_bad_transcode_specs_are_config_errors(spec):
 def test_off_and_none_keep_clips():
     assert parse_transcode(None) is None and parse_transcode("off") is None
     assert parse_transcode("448:2.5").spec == "448:2.5"
+
+
+def test_an_encoder_failure_is_transcode_failed_and_a_decode_failure_undecodable():
+    """The encoder refusing its options (a preset libx264 does not know) is the transcode's failure, with FFmpeg's
+    message; input that does not decode (the clip cut short after its probe) stays undecodable_video."""
+    from dataclasses import replace
+
+    data = make_clip(ClipSpec(frames=20))
+    info = probe_clip(data)
+    settings = parse_transcode("64:2")
+    with pytest.raises(ClipProblem) as exc:
+        transcode_clip(data, info, replace(settings, preset="no-such-preset"))
+    assert exc.value.reason == "transcode_failed"
+    assert str(exc.value).startswith("encoding failed") and "avcodec_open2(\"libx264\"" in str(exc.value)
+    assert "no-such-preset" in str(exc.value)       # PyAV opens the encoder with the first frame
+    with pytest.raises(ClipProblem) as exc:
+        transcode_clip(data[: len(data) * 6 // 10], info, settings)
+    assert exc.value.reason == "undecodable_video" and "decoding for the transcode failed" in str(exc.value)

@@ -86,9 +86,10 @@ def register(subparsers) -> None:
                         "frames per second, a keyframe every second, no audio, e.g. 448:2 (see docs/video.md); "
                         "off (default): keep clips as they are; a resumed run keeps its first run's setting "
                         "unless one is given")
-    p.add_argument("--max-transcode-seconds", type=float, default=DEFAULT_TRANSCODE_SECONDS,
+    p.add_argument("--max-transcode-seconds", type=float, default=None,
                    help=f"skip a clip whose transcode takes longer as transcode_failed (default "
-                        f"{DEFAULT_TRANSCODE_SECONDS:g})")
+                        f"{DEFAULT_TRANSCODE_SECONDS:g}); a resumed run keeps its first run's limit and refuses "
+                        "another")
     p.add_argument("--image-root", default=None,
                    help="directory relative image references resolve against; rows may only read files under it "
                         "(default: each input's own directory)")

@@ -107,14 +107,20 @@ class ShardConfig:
     max_probe_seconds: float = ClipLimits.max_probe_s            # a probe taking longer: bad_video
     video_transcode: str | None = None           # "SIDE:FPS" re-encodes each clip (video.transcode), "off" keeps
     #                                              clips as they are; None: a resumed run's first setting, else off
-    max_transcode_seconds: float = DEFAULT_TRANSCODE_SECONDS     # a transcode taking longer: transcode_failed
+    max_transcode_seconds: float | None = None   # a transcode taking longer: transcode_failed; None: a resumed
+    #                                              run's first limit, else DEFAULT_TRANSCODE_SECONDS
 
     def videos(self) -> VideoOptions:
         """What a clip may be in this run (see ingest.video)."""
         limits = ClipLimits(max_duration_s=float(self.max_video_seconds), max_frame_pixels=int(self.max_video_pixels),
                             max_frames=int(self.max_video_frames), max_probe_s=float(self.max_probe_seconds))
         return VideoOptions(max_bytes=int(self.max_video_bytes), limits=limits,
-                            transcode=parse_transcode(self.video_transcode, self.max_transcode_seconds))
+                            transcode=parse_transcode(self.video_transcode, self.transcode_seconds))
+
+    @property
+    def transcode_seconds(self) -> float:
+        """`max_transcode_seconds`, the default when not given."""
+        return DEFAULT_TRANSCODE_SECONDS if self.max_transcode_seconds is None else float(self.max_transcode_seconds)
 
     def access(self) -> AccessPolicy:
         """The data-access policy of this run (see ingest.access)."""
@@ -163,7 +169,7 @@ def _check_config(cfg: ShardConfig) -> None:
                         ("--max-probe-seconds", cfg.max_probe_seconds)):
         if not value > 0:
             raise ConfigError(f"{flag} must be > 0, got {value}")
-    parse_transcode(cfg.video_transcode, cfg.max_transcode_seconds)     # ConfigError for a bad spec
+    parse_transcode(cfg.video_transcode, cfg.transcode_seconds)     # ConfigError for a bad spec
     cfg.access().check()
 
 
@@ -237,15 +243,20 @@ def _image_check(cfg: ShardConfig) -> str:
 
 
 def _video_transcode(cfg: ShardConfig) -> ShardConfig:
-    """`--video-transcode` as given; not given: the first run's settings when resuming one, else off."""
-    if cfg.video_transcode is not None:
-        return cfg
+    """`--video-transcode` and `--max-transcode-seconds` as given; one not given: the first run's when resuming
+    a run that transcoded, else off / the default limit. A resumed run given another limit than its first
+    run's is refused: the limit decides which clips are skipped as transcode_failed, so one run keeps one."""
     old = _first_run_settings(cfg) if cfg.resume else None
-    first = ((old or {}).get("video") or {}).get("transcode")
-    if not first:
-        return replace(cfg, video_transcode=TRANSCODE_OFF)
-    settings = TranscodeSettings(**first)
-    return replace(cfg, video_transcode=settings.spec, max_transcode_seconds=settings.max_seconds)
+    stored = ((old or {}).get("video") or {}).get("transcode")
+    first = TranscodeSettings(**stored) if stored else None
+    if first is not None and cfg.max_transcode_seconds is not None and cfg.transcode_seconds != first.max_seconds:
+        raise ConfigError(f"--resume with --max-transcode-seconds {cfg.transcode_seconds:g}, but the first run "
+                          f"used {first.max_seconds:g}: the limit decides which clips are skipped as "
+                          f"transcode_failed, so a run keeps its first one; leave the option out (or pass "
+                          f"{first.max_seconds:g}), or use an empty output")
+    spec = cfg.video_transcode if cfg.video_transcode is not None else first.spec if first else TRANSCODE_OFF
+    seconds = first.max_seconds if first is not None and cfg.max_transcode_seconds is None else cfg.transcode_seconds
+    return replace(cfg, video_transcode=spec, max_transcode_seconds=seconds)
 
 
 def _prepare_output(cfg: ShardConfig, fingerprint: dict) -> None:

@@ -7,8 +7,9 @@ is built as usual. Each clip's decoded frames are freed once its patch rows are 
 at most one clip's frames.
 
 `defer_videos(records, policy, stats)` (`defer_decode`) gives the same per record without decoding:
-each clip as a `PendingVideo` (its encoded bytes, probe dict and the policy's `ClipLayout`: the frames
-it samples, their size, its tokens), decoded later by the training process's video stage
+each clip as a `PendingVideo` (its encoded bytes, the part of its probe dict that decoding its sampled
+frames needs, `video.frames.decode_window`, and the policy's `ClipLayout`: the frames it samples, their
+size, its tokens), decoded later by the training process's video stage
 (`decode.dali.video.DaliVideoStage`).
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 from vlmdata.errors import Skip
 from vlmdata.metrics.counts import StatsDelta
+from vlmdata.video.frames import decode_window
 from vlmdata.video.layout import ClipLayout
 from vlmdata.video.probe import ClipInfo, ClipProblem
 
@@ -32,7 +34,7 @@ class PendingVideo:
     """A clip shipped encoded: what the pack needs of it (tokens, placeholder ids) without its pixels."""
 
     data: memoryview | bytes
-    info: dict
+    info: dict                  # `decode_window(probe, layout.indices).to_dict()`: not every frame's time
     layout: ClipLayout
 
     @property
@@ -53,7 +55,9 @@ class PendingVideo:
 
 
 def _pending(policy, data, info: dict) -> PendingVideo:
-    return PendingVideo(data, info, policy.clip_layout(ClipInfo.from_dict(info)))
+    clip = ClipInfo.from_dict(info)
+    layout = policy.clip_layout(clip)
+    return PendingVideo(data, decode_window(clip, layout.indices).to_dict(), layout)
 
 
 def _decoded(policy, data, info: dict):

@@ -15,7 +15,10 @@ With `defer_decode` (clips are `loading.video_decode.PendingVideo`) the pack hol
 (`decode.dali.video.DaliVideoStage`), with `video_grid` and `second_per_grid_ts` as above:
 
     video_bytes          list of uint8 arrays                  each clip's encoded file
-    video_info           list of uint8 arrays                  its probe dict (`ClipInfo.to_dict`), JSON
+    video_info           list of uint8 arrays                  its probe's decode window (`ClipInfo.to_dict` of
+                                                               `video.frames.decode_window`: the scalars, the
+                                                               times of the frames around the sampled ones and
+                                                               their keyframes), JSON
     video_frames         int32 [sampled frames]                the frames its policy sampled, clip after clip
     video_frame_counts   int32 [n_videos]                      frames sampled per clip
     video_sizes          int32 [n_videos, 2]                   (width, height) those frames are resized to

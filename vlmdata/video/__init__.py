@@ -5,7 +5,7 @@ from vlmdata._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "ClipInfo": "probe", "ClipLimits": "probe", "ClipProblem": "probe", "probe_clip": "probe",
-    "decode_frames": "frames",
+    "decode_frames": "frames", "decode_window": "frames",
     "FRAME_LIST_CODEC": "frame_list", "decode_frame_list": "frame_list", "frame_list_info": "frame_list",
     "pack_frames": "frame_list",
     "DecodedVideo": "layout", "VideoPolicy": "policy", "make_video_policy": "policy", "sample_video_tokens": "policy",

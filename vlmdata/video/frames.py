@@ -22,13 +22,15 @@ the very packet it is set for. Only the wanted frames are converted to RGB, with
 clip. Should a wanted frame still not come out (a container whose packet and frame times differ),
 its segment is decoded again from the keyframe before, every packet in full, then from the start,
 so the frames returned are always exactly those a full decode has at those positions (else
-ClipProblem undecodable_video). A stored
+ClipProblem undecodable_video). `decode_window(info, indices)` is the part of `info` that decoding
+`indices` looks up, what a deferred pack ships instead of every frame's time. A stored
 frame list (`vlmdata.video.frame_list`, codec "frames") is read by decoding only its sampled
 image members.
 """
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import numpy as np
 
@@ -36,7 +38,7 @@ from vlmdata.errors import Skip
 from vlmdata.video.frame_list import FRAME_LIST_CODEC, decode_frame_list
 from vlmdata.video.probe import ClipInfo, ClipProblem
 
-__all__ = ["decode_frames"]
+__all__ = ["decode_frames", "decode_window"]
 
 
 class _Reader:
@@ -54,7 +56,7 @@ class _Reader:
         self.stream.thread_type = "NONE"           # no frame threading: skip_frame applies per packet
         self.codec = self.stream.codec_context
         self.to_rgb = VideoReformatter()
-        self.index_of = {int(p) + info.start_pts: i for i, p in enumerate(info.frame_pts)}
+        self.index_of = _Positions(info)
         self.packets = None
         self.ahead = None                          # a packet demuxed but not yet used
         self.skip_mode = "DEFAULT"
@@ -114,6 +116,60 @@ def _keyframe_after(info: ClipInfo, index: int) -> int:
     """The first keyframe after frame `index` (the frame count when there is none)."""
     at = int(np.searchsorted(info.keyframes, index, side="right"))
     return int(info.keyframes[at]) if at < len(info.keyframes) else info.frames
+
+
+def _keyframe_before(info: ClipInfo, keyframe: int) -> int:
+    """The keyframe before keyframe `keyframe` (0 for the first)."""
+    return _keyframe_at_or_before(info, keyframe - 1) if keyframe > 0 else 0
+
+
+def _keyframes_around(info: ClipInfo, index: int) -> list[int]:
+    """The keyframes decoding frame `index` may look up (see `decode_window`)."""
+    k0 = _keyframe_at_or_before(info, index)
+    k1 = _keyframe_before(info, k0)
+    out = [_keyframe_before(info, k1), k1, k0]
+    for _ in range(3):
+        out.append(_keyframe_after(info, max(out[-1], index)))
+    return [k for k in out if k < info.frames]
+
+
+def decode_window(info: ClipInfo, indices) -> ClipInfo:
+    """The part of a whole clip's `info` that `decode_frames(data, window, indices)` looks up, for a clip
+    shipped to be decoded elsewhere: its size is bounded by the frames sampled, not by the clip's length.
+
+    It holds the scalars and the times of frame 0 (the last retry's start), of the sampled frames, and of
+    these keyframes around each: its own, the two before (the retry's start, and the group holding that
+    start's leading pictures) and the three after (the segment's end, and two more groups a segment may
+    run on through). The decoder places any other packet between the held frames (`_Positions`), where it
+    compares with all of them as in the whole info, so the decode is the whole info's as long as a frame's
+    packet comes at most two groups after its own in decode order (reordering spans a few frames)."""
+    if info.pts_frames is not None:
+        return info
+    wanted = {int(i) for i in indices}
+    keyframes = np.unique([k for i in wanted for k in _keyframes_around(info, i)]).astype(np.int64)
+    keyframes = keyframes[np.isin(keyframes, info.keyframes)]
+    frames = np.union1d(np.union1d([0], list(wanted)), keyframes).astype(np.int64)
+    return replace(info, frame_pts=info.frame_pts[frames], keyframes=keyframes, pts_frames=frames)
+
+
+class _Positions:
+    """The frame position of a packet's or a frame's pts: its index where the info holds its time; in a decode
+    window, for another time between held frames a and b, a + 0.5 (it compares as the frame there does with
+    every keyframe and sampled frame the window holds); None for no time, or one before frame 0. (Every
+    packet's time is a probed frame's: the probe demuxed them all.)"""
+
+    def __init__(self, info: ClipInfo):
+        self.exact = info.frame_by_pts()
+        self.window = info.pts_frames is not None
+        if self.window:
+            self.pts, self.frames = info.frame_pts + info.start_pts, info.pts_frames
+
+    def get(self, pts):
+        index = self.exact.get(pts)
+        if index is not None or not self.window or pts is None:
+            return index
+        before = int(np.searchsorted(self.pts, pts)) - 1
+        return None if before < 0 else int(self.frames[before]) + 0.5
 
 
 class _Segment:
@@ -200,7 +256,7 @@ def _fetch(reader: _Reader, target: int, out: dict) -> None:
     before, every packet in full, then from the start."""
     info = reader.info
     keyframe = _keyframe_at_or_before(info, target)
-    earlier = _keyframe_at_or_before(info, keyframe - 1) if keyframe > 0 else 0
+    earlier = _keyframe_before(info, keyframe)
     for attempt, (start, full) in enumerate(dict.fromkeys(((keyframe, False), (earlier, True), (0, True)))):
         reader.retries += attempt > 0
         if _position(reader, start):

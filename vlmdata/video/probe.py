@@ -59,21 +59,40 @@ class ClipInfo:
     keyframes: np.ndarray        # int64 frame indices of keyframes (seek points)
     time_base: Fraction
     start_pts: int
+    # a window (`video.frames.decode_window`): the ascending frame indices whose times `frame_pts` holds, and
+    # `keyframes` only some keyframes; None: every frame's time and every keyframe
+    pts_frames: np.ndarray | None = None
 
     @property
     def frame_times(self) -> np.ndarray:
-        """Seconds from the first frame, one per frame."""
+        """Seconds from the first frame, one per frame (a window's info has not every frame's time)."""
+        if self.pts_frames is not None:
+            raise ValueError("this clip info is a decode window: it holds the times of some frames only")
         return self.frame_pts.astype(np.float64) * float(self.time_base)
 
     def pts_of(self, index: int) -> int:
         """The presentation timestamp (stream time base) of frame `index`."""
-        return self.start_pts + int(self.frame_pts[index])
+        if self.pts_frames is None:
+            return self.start_pts + int(self.frame_pts[index])
+        at = int(np.searchsorted(self.pts_frames, index))
+        if at == len(self.pts_frames) or self.pts_frames[at] != index:
+            raise KeyError(f"frame {index} is outside this clip info's decode window")
+        return self.start_pts + int(self.frame_pts[at])
+
+    def frame_by_pts(self) -> dict[int, int]:
+        """Frame index by presentation timestamp, for every frame whose time this info holds."""
+        indices = range(self.frames) if self.pts_frames is None else self.pts_frames.tolist()
+        return {int(p) + self.start_pts: int(i) for i, p in zip(indices, self.frame_pts.tolist())}
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["frame_pts"] = self.frame_pts.tolist()
         d["keyframes"] = self.keyframes.tolist()
         d["time_base"] = [self.time_base.numerator, self.time_base.denominator]
+        if self.pts_frames is None:
+            del d["pts_frames"]            # a whole clip's probe, as stored beside it in the shards
+        else:
+            d["pts_frames"] = self.pts_frames.tolist()
         return d
 
     @classmethod
@@ -82,6 +101,8 @@ class ClipInfo:
         d["frame_pts"] = np.asarray(d["frame_pts"], dtype=np.int64)
         d["keyframes"] = np.asarray(d["keyframes"], dtype=np.int64)
         d["time_base"] = Fraction(*d["time_base"])
+        if d.get("pts_frames") is not None:
+            d["pts_frames"] = np.asarray(d["pts_frames"], dtype=np.int64)
         return cls(**d)
 
 

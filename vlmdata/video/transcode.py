@@ -15,13 +15,16 @@ H.264 mp4 (PyAV's bundled FFmpeg, libx264) that is:
 Every transcode is bounded: the input was probed (and refused there when hostile) first; the transcode stops
 after `max_seconds` of wall-clock time, and when the decoder yields more frames than the probe counted;
 either raises `ClipProblem(transcode_failed)`, so a hostile clip costs only itself. A frame that does not
-decode raises `ClipProblem(undecodable_video)`.
+decode raises `ClipProblem(undecodable_video)`; a failure of the output side (scaling and turning a frame,
+the encoder, the mp4 muxer) raises `ClipProblem(transcode_failed)` with FFmpeg's message: the clip decodes,
+the transcode is what broke.
 """
 from __future__ import annotations
 
 import io
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -91,36 +94,61 @@ def output_rate(info: ClipInfo, settings: TranscodeSettings) -> Fraction:
 
 
 class _Encoder:
-    """The output mp4: one libx264 stream at a constant rate, frames given as upright yuv420p."""
+    """The output mp4: one libx264 stream at a constant rate, given decoded frames it scales and turns upright
+    (yuv420p); any FFmpeg error of its own is ClipProblem(transcode_failed)."""
 
-    def __init__(self, av, size: tuple[int, int], rate: Fraction, settings: TranscodeSettings):
+    def __init__(self, av, size: tuple[int, int], rate: Fraction, turns: int, settings: TranscodeSettings):
+        self.av, self.size, self.turns = av, size, turns
         self.buffer = io.BytesIO()
-        self.container = av.open(self.buffer, mode="w", format="mp4")
+        self.time_base = 1 / rate
+        self.written = 0
+        self.container = None
+        try:
+            with self._failing("setting up the encoder"):
+                self._open(rate, settings)
+        except ClipProblem:
+            self.abort()
+            raise
+
+    def _open(self, rate: Fraction, settings: TranscodeSettings) -> None:
+        self.container = self.av.open(self.buffer, mode="w", format="mp4")
         self.stream = self.container.add_stream("libx264", rate=rate)
-        self.stream.width, self.stream.height = size
+        self.stream.width, self.stream.height = self.size
         self.stream.pix_fmt = "yuv420p"
-        self.stream.codec_context.time_base = 1 / rate
+        self.stream.codec_context.time_base = self.time_base
         gop = max(1, int(round(settings.keyframe_s * rate)))
         self.stream.codec_context.gop_size = gop
         self.stream.options = {"g": str(gop), "keyint_min": str(gop), "crf": str(settings.crf),
                                "preset": settings.preset, "threads": "1"}   # a shard worker is one core
-        self.time_base = 1 / rate
-        self.written = 0
 
-    def write(self, frame) -> None:
-        frame.pts, frame.time_base = self.written, self.time_base
-        for packet in self.stream.encode(frame):
-            self.container.mux(packet)
+    @contextmanager
+    def _failing(self, what: str):
+        try:
+            yield
+        except self.av.error.FFmpegError as exc:
+            raise ClipProblem(Skip.TRANSCODE_FAILED, f"{what} failed: {exc}") from None
+
+    def write(self, decoded) -> None:
+        with self._failing("encoding"):
+            frame = _upright(self.av, decoded, self.size, self.turns)
+            frame.pts, frame.time_base = self.written, self.time_base
+            for packet in self.stream.encode(frame):
+                self.container.mux(packet)
         self.written += 1
 
     def finish(self) -> bytes:
-        for packet in self.stream.encode():
-            self.container.mux(packet)
-        self.container.close()
+        with self._failing("finishing the encode"):
+            for packet in self.stream.encode():
+                self.container.mux(packet)
+            self.container.close()
         return self.buffer.getvalue()
 
     def abort(self) -> None:
-        self.container.close()
+        if self.container is not None:
+            try:
+                self.container.close()
+            except self.av.error.FFmpegError:
+                pass                       # an encoder that never opened: nothing to flush
 
 
 def _upright(av, frame, size: tuple[int, int], turns: int):
@@ -142,7 +170,7 @@ def transcode_clip(data: bytes, info: ClipInfo, settings: TranscodeSettings) -> 
     size, rate, turns = transcoded_size(info, settings), output_rate(info, settings), _quarter_turns(info.rotation)
     slots = max(1, math.ceil(info.duration_s * rate - 1e-6))
     step = 1.0 / float(rate)
-    encoder = _Encoder(av, size, rate, settings)
+    encoder = _Encoder(av, size, rate, turns, settings)
     decoded, last = 0, None
     try:
         with av.open(io.BytesIO(data), mode="r", metadata_errors="ignore") as source:
@@ -159,10 +187,10 @@ def transcode_clip(data: bytes, info: ClipInfo, settings: TranscodeSettings) -> 
                     raise ClipProblem(Skip.TRANSCODE_FAILED, f"transcoding took over {settings.max_seconds:g} s")
                 shown = float((frame.pts - info.start_pts) * frame.time_base)
                 while last is not None and encoder.written < slots and encoder.written * step < shown - 1e-6:
-                    encoder.write(_upright(av, last, size, turns))
+                    encoder.write(last)
                 last = frame
         while last is not None and encoder.written < slots:
-            encoder.write(_upright(av, last, size, turns))
+            encoder.write(last)
         if last is None:
             raise ClipProblem(Skip.UNDECODABLE_VIDEO, "no frame decodes")
         return encoder.finish()
