@@ -220,13 +220,13 @@ def ensure_stock_venv(path: Path) -> str:
     import torch
 
     py = path / "bin" / "python"
-    probe = "import PIL, webdataset, torch, numpy; print(PIL.__version__)"
+    probe = "import PIL, webdataset, torch, numpy, psutil; print(PIL.__version__)"     # psutil: the CPU clock
     ok = py.exists() and subprocess.run([str(py), "-c", probe], capture_output=True, text=True).returncode == 0
     if not ok:
         print(f"making the stock baseline's venv {path} (once)", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
         subprocess.run([str(py), "-m", "pip", "install", "--quiet", "webdataset", "pillow",
-                        f"torch=={torch.__version__.split('+')[0]}", "numpy"], check=True)
+                        f"torch=={torch.__version__.split('+')[0]}", "numpy", "psutil"], check=True)
     version = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
     if ".post" in version:
         raise SystemExit(f"{path} has Pillow-SIMD ({version}); the stock baseline needs stock Pillow: delete it")
