@@ -26,13 +26,15 @@ import io
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tools"))
+
+from bench_video_decode import rate_rows, rotated_rounds  # noqa: E402
 
 from vlmdata.ingest import FrameList, VideoOptions, prepare_frame_list  # noqa: E402
 from vlmdata.sysinfo import cpu_model  # noqa: E402
@@ -71,12 +73,6 @@ def picked_only(files: list[bytes], indices) -> list[np.ndarray]:
     return [pillow_rgb(files[i]) for i in indices]
 
 
-def timed(fn, *args) -> tuple[float, float, object]:
-    c0, w0 = time.process_time(), time.perf_counter()
-    result = fn(*args)
-    return time.process_time() - c0, time.perf_counter() - w0, result
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frames", type=int, default=300, help="frames in each list")
@@ -102,25 +98,14 @@ def main() -> int:
         for k in range(len(lists)):
             reference = decode_all(lists[k], picks[k])
             assert all(np.array_equal(a, b) for a, b in zip(method(k), reference)), name
-    totals = {m: [0.0, 0.0, 0] for m in methods}
-    names = list(methods)
-    for r in range(args.rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            for k in range(len(lists)):
-                cpu, wall, frames = timed(methods[name], k)
-                totals[name][0] += cpu
-                totals[name][1] += wall
-                totals[name][2] += len(frames)
-    base = totals["decode-all"][2] / totals["decode-all"][0]
+    totals = rotated_rounds(methods, [(k,) for k in range(len(lists))], args.rounds)
     member_kib = np.mean([len(f) for files in lists for f in files]) / 1024
     lines = [f"# Frame-list decode ({len(picks[0])} of {args.frames} frames sampled, Qwen2-VL's video policy)", "",
              f"- machine: {cpu_model()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
              f"Python {platform.python_version()}, Pillow {__import__('PIL').__version__}",
              f"- {args.lists} lists of {args.frames} {args.size} JPEG frames ({member_kib:.0f} KiB each) at "
              f"{args.fps:g} fps; {args.rounds} rounds in rotated order; every method's frames equal decode-all's",
-             "", "| method | frames / CPU-s | frames / s | vs decode-all (CPU) |", "|---|---:|---:|---:|"]
-    for name, (cpu, wall, n) in totals.items():
-        lines.append(f"| {name} | {n / cpu:,.0f} | {n / wall:,.0f} | {n / cpu / base:.2f}x |")
+             "", *rate_rows(totals)]
     text = "\n".join(lines)
     print(text)
     write_report(text, args.out)

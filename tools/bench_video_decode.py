@@ -199,6 +199,28 @@ def timed(fn, *args) -> tuple[float, float, object]:
     return time.process_time() - c0, time.perf_counter() - w0, result
 
 
+def rotated_rounds(methods: dict, calls: list[tuple], rounds: int) -> dict[str, list]:
+    """Each method run on every argument tuple of `calls`, the methods in rotated order over `rounds`:
+    name -> [CPU s, wall s, frames returned]."""
+    totals = {m: [0.0, 0.0, 0] for m in methods}
+    names = list(methods)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            for args in calls:
+                cpu, wall, frames = timed(methods[name], *args)
+                totals[name][0] += cpu
+                totals[name][1] += wall
+                totals[name][2] += len(frames)
+    return totals
+
+
+def rate_rows(totals: dict[str, list]) -> list[str]:
+    """The report's table: frames per CPU-second and per second, each method's CPU ratio to decode-all."""
+    base = totals["decode-all"][2] / totals["decode-all"][0]
+    return ["| method | frames / CPU-s | frames / s | vs decode-all (CPU) |", "|---|---:|---:|---:|"] + [
+        f"| {name} | {n / cpu:,.0f} | {n / wall:,.0f} | {n / cpu / base:.2f}x |" for name, (cpu, wall, n) in totals.items()]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", default="30,60,90,120")
@@ -232,16 +254,7 @@ def main() -> int:
         methods["DALI cpu"] = dali
     picks = {s: sample_indices(i.frames, i.average_fps, args.sample_fps) for s, i in infos.items()}
     differs = check_frames(methods, clips, infos, picks)
-    totals = {m: [0.0, 0.0, 0] for m in methods}
-    names = list(methods)
-    for r in range(args.rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            for s, data in clips.items():
-                cpu, wall, frames = timed(methods[name], data, infos[s], picks[s])
-                totals[name][0] += cpu
-                totals[name][1] += wall
-                totals[name][2] += len(frames)
-    base = totals["decode-all"][2] / totals["decode-all"][0]
+    totals = rotated_rounds(methods, [(data, infos[s], picks[s]) for s, data in clips.items()], args.rounds)
     sampled = sum(len(p) for p in picks.values())
     lines = [f"# Sampled-frame video decode ({args.sample_fps:g} fps sampling)", "",
              f"- machine: {cpu_model()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
@@ -249,11 +262,8 @@ def main() -> int:
              f"- clips: {', '.join(f'{s} s' for s in clips)} of {args.size} {args.codec} at {args.fps} fps, a keyframe every "
              f"{args.gop} frames; {sampled} sampled frames per round, {args.rounds} rounds in rotated order",
              f"- probing all clips (once, at shard time): {probe_cpu * 1000:.0f} ms CPU",
-             "- frames equal decode-all's: " + ", ".join(f"{m} {'no' if m in differs else 'yes'}" for m in methods), "",
-             "| method | frames / CPU-s | frames / s | vs decode-all (CPU) |", "|---|---:|---:|---:|"]
-    for name, (cpu, wall, n) in totals.items():
-        lines.append(f"| {name} | {n / cpu:,.0f} | {n / wall:,.0f} | {n / cpu / base:.2f}x |")
-    lines += [""] + cost_split(clips, infos, picks)
+             "- frames equal decode-all's: " + ", ".join(f"{m} {'no' if m in differs else 'yes'}" for m in methods), ""]
+    lines += rate_rows(totals) + [""] + cost_split(clips, infos, picks)
     if args.rss_clips:
         marks = rss_over_clips(args.rss_clips)
         warm = marks[1][1] if len(marks) > 1 else marks[0][1]     # after the first 10 %: allocator warmed up
